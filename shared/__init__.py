@@ -1,0 +1,1 @@
+"""Code every workflow-manager deployable shares: settings, logging, errors, database, Kubernetes."""

@@ -1,0 +1,150 @@
+"""Settings: every variable of the spec's configuration table, read from the environment only.
+
+Values are validated when a process starts; a bad or missing value stops it with one line naming
+the variable (``load_settings``). Nothing here reads the environment at import time.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BeforeValidator, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.errors import ConfigError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+
+
+def parse_duration(value: Any) -> float:
+    """'2m' -> 120.0, '90s' -> 90.0, '1.5h' -> 5400.0, 30 -> 30.0. Purely computational."""
+    if isinstance(value, int | float):
+        return float(value)
+    match = _DURATION.match(str(value))
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"expected a positive duration such as 30s, 2m or 1h, got {value!r}")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def _split_csv(value: Any) -> Any:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+Seconds = Annotated[float, BeforeValidator(parse_duration)]
+CsvInts = Annotated[list[int], BeforeValidator(_split_csv)]
+CsvStrs = Annotated[list[str], BeforeValidator(_split_csv)]
+
+
+class Settings(BaseSettings):
+    """The whole configuration table of the spec, plus the operational knobs we add (documented
+    in docs/configuration.md). One class serves every deployable; each checks at start the
+    variables it cannot work without (``require``)."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_ignore_empty=True)
+
+    # --- the spec's table -------------------------------------------------------------------
+    DATABASE_URL: str
+    API_KEY: SecretStr | None = None
+    KUBEOPERA_API_BASE_URL: str | None = None
+    KUBEOPERA_API_INTERNAL_KEY: SecretStr | None = None
+    ARGO_DATA_SERVER_URL: str = "https://argo-data-server.kubeopera-argo-data.svc:2746"
+    ARTIFACT_BUCKET: str | None = None
+    AWS_REGION: str = "eu-north-1"
+    ARTIFACT_IAM_USER_PATH: str | None = None
+    ARTIFACT_IAM_USER_PREFIX: str | None = None
+    ARTIFACT_IAM_BOUNDARY_ARN: str | None = None
+    DATA_NS_QUOTA_CPU: str = "8"
+    DATA_NS_QUOTA_MEMORY: str = "16Gi"
+    DATA_NS_QUOTA_PODS: int = Field(default=50, ge=1)
+    DATA_MAX_CPU: str = "4"
+    DATA_MAX_MEMORY: str = "8Gi"
+    DATA_EGRESS_PORTS: CsvInts = Field(default_factory=lambda: [443])
+    DATA_EGRESS_EXCEPT_CIDRS: CsvStrs = Field(default_factory=lambda: list(PRIVATE_RANGES))
+    EVENTS_NAMESPACE: str = "kubeopera-pipeline-events"
+    EVENTS_PUBLIC_HOST: str | None = None
+    GIT_SYNC_INTERVAL: Seconds = 120.0
+    PUBLIC_UI_URL: str | None = None
+    ML_MAX_GPU: int = Field(default=0, ge=0)
+    ML_NS_QUOTA_GPU: int = Field(default=0, ge=0)
+    MLFLOW_URL: str | None = None
+    MLFLOW_ADMIN_USERNAME: str | None = None
+    MLFLOW_ADMIN_PASSWORD: SecretStr | None = None
+    ML_SERVING_DOMAIN: str | None = None
+    KNATIVE_GATEWAY: str = "kourier-internal.kourier-system.svc.cluster.local"
+    INFERENCE_AUTH_URL: str = (
+        "http://workflow-manager-inference-auth.workflow-manager.svc:8120/internal/v1/inference-auth"
+    )
+    ML_SERVE_QUOTA_CPU: str = "8"
+    ML_SERVE_QUOTA_MEMORY: str = "16Gi"
+    ML_SERVE_QUOTA_GPU: int = Field(default=0, ge=0)
+    PROMETHEUS_URL: str | None = None
+    RUN_RETENTION_DAYS: int = Field(default=90, ge=1)
+    HTTP_PORT: int = Field(default=8120, ge=1, le=65535)
+
+    # --- operational knobs (ours; docs/configuration.md) -------------------------------------
+    LOG_JSON: bool | None = None  # None: JSON unless stderr is a terminal
+    LOG_LEVEL: str = "info"
+    HEALTH_PORT: int = Field(default=8121, ge=0, le=65535)  # 0: pick a free port
+    POD_NAME: str | None = None  # leader-election identity; hostname+pid when unset
+    POD_NAMESPACE: str = "workflow-manager"  # where Leases live on the host cluster
+    HOST_KUBECONFIG: str | None = None  # path to a kubeconfig for the host outside a cluster
+    LEASE_DURATION: Seconds = 15.0
+    LEASE_RENEW_PERIOD: Seconds = 5.0
+    SHUTDOWN_GRACE: Seconds = 25.0
+    DB_POOL_MIN: int = Field(default=1, ge=0)
+    DB_POOL_MAX: int = Field(default=10, ge=1)
+    S3_ENDPOINT_URL: str | None = None  # object storage other than AWS (moto, MinIO)
+    INTERNAL_API_KEY: SecretStr | None = None  # deployable-to-deployable calls
+    COMPILER_URL: str = "http://workflow-manager-compiler.workflow-manager.svc:8120"
+    CLUSTER_REFRESH_INTERVAL: Seconds = 300.0
+    REDIS_URL: str = "redis://127.0.0.1:6379/0"
+
+    @field_validator("LOG_LEVEL")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if value.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError("expected one of debug, info, warning, error")
+        return value.lower()
+
+    @field_validator("DATABASE_URL")
+    @classmethod
+    def _postgres_url(cls, value: str) -> str:
+        if not value.startswith(("postgres://", "postgresql://")):
+            raise ValueError("expected a postgresql:// URL")
+        return value
+
+    def require(self, *names: str) -> None:
+        """Fail start-up with one line when a deployable needs a variable that is unset."""
+        missing = [name for name in names if getattr(self, name) in (None, "")]
+        if missing:
+            raise ConfigError(f"{', '.join(missing)}: required by this deployable but not set")
+
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def load_settings(cls: type[S] = Settings, **overrides: Any) -> S:  # type: ignore[assignment]
+    """Read settings from the environment; raise ConfigError naming each bad variable."""
+    try:
+        return cls(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            name = ".".join(str(part) for part in error["loc"]) or "settings"
+            problems.append(f"{name}: {error['msg']}")
+        raise ConfigError("; ".join(problems)) from exc
+
+
+def settings_or_exit(cls: type[S] = Settings) -> S:  # type: ignore[assignment]
+    """For __main__: print the one-line configuration error and exit with status 2."""
+    try:
+        return load_settings(cls)
+    except ConfigError as exc:
+        print(f"configuration error: {exc.message}", file=sys.stderr)
+        raise SystemExit(2) from exc

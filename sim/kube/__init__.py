@@ -1,0 +1,1 @@
+"""A Kubernetes API emulator speaking the real REST protocol to kubernetes-asyncio."""
