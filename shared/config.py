@@ -77,9 +77,7 @@ class Settings(BaseSettings):
     MLFLOW_ADMIN_PASSWORD: SecretStr | None = None
     ML_SERVING_DOMAIN: str | None = None
     KNATIVE_GATEWAY: str = "kourier-internal.kourier-system.svc.cluster.local"
-    INFERENCE_AUTH_URL: str = (
-        "http://workflow-manager-inference-auth.workflow-manager.svc:8120/internal/v1/inference-auth"
-    )
+    INFERENCE_AUTH_URL: str = "http://workflow-manager-inference-auth.workflow-manager.svc:8120/internal/v1/inference-auth"
     ML_SERVE_QUOTA_CPU: str = "8"
     ML_SERVE_QUOTA_MEMORY: str = "16Gi"
     ML_SERVE_QUOTA_GPU: int = Field(default=0, ge=0)

@@ -1,0 +1,1 @@
+"""The `apiserver` deployable of workflow-manager (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""The `compiler` deployable of workflow-manager (see docs/architecture.md)."""

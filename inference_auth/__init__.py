@@ -1,0 +1,1 @@
+"""The `inference_auth` deployable of workflow-manager (see docs/architecture.md)."""

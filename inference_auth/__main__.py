@@ -1,0 +1,16 @@
+"""``wm-inference-auth`` / ``python -m inference_auth``."""
+
+from inference_auth import runner
+from shared import logging
+from shared.config import Settings, settings_or_exit
+from shared.tasks import serve
+
+
+def main() -> None:
+    settings = settings_or_exit(Settings)
+    logging.configure(service="inference_auth", json=settings.LOG_JSON, level=settings.LOG_LEVEL)
+    serve(lambda workers: runner.run(settings, workers), grace=settings.SHUTDOWN_GRACE)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Make sure PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) answer, starting or installing
+# them when they do not. Idempotent: does nothing when both already run.
+set -euo pipefail
+
+pg_up() { pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; }
+redis_up() { redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null | grep -q PONG; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! pg_up; then
+  if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+    echo "installing PostgreSQL (Debian package)" >&2
+    as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  fi
+  version=$(ls /etc/postgresql | sort -V | tail -n 1)
+  if [ ! -d "/etc/postgresql/$version/main" ]; then
+    as_root pg_createcluster "$version" main >/dev/null
+  fi
+  hba="/etc/postgresql/$version/main/pg_hba.conf"
+  # Local development only: trust connections from this machine, as the CI machine does.
+  if ! as_root grep -q "^host all all 127.0.0.1/32 trust" "$hba"; then
+    as_root sed -i '1i host all all 127.0.0.1/32 trust\nlocal all all trust' "$hba"
+  fi
+  as_root pg_ctlcluster --skip-systemctl-redirect "$version" main start
+  for _ in $(seq 1 30); do pg_up && break; sleep 0.5; done
+  pg_up || { echo "PostgreSQL did not start" >&2; exit 1; }
+fi
+
+if ! redis_up; then
+  if ! command -v redis-server >/dev/null 2>&1; then
+    echo "installing Redis (Debian package)" >&2
+    as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  fi
+  mkdir -p /tmp/wm-redis
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+    --dir /tmp/wm-redis --logfile /tmp/wm-redis/redis.log
+  for _ in $(seq 1 30); do redis_up && break; sleep 0.2; done
+  redis_up || { echo "Redis did not start" >&2; exit 1; }
+fi
+echo "services: PostgreSQL and Redis are up" >&2

@@ -1,0 +1,1 @@
+"""The `stagectl` deployable of workflow-manager (see docs/architecture.md)."""

@@ -1,0 +1,99 @@
+"""Fixtures shared by every test.
+
+Integration tests use the real services: a fresh PostgreSQL database per test run (migrated
+once), the machine's Redis (a database number of its own, flushed), and the Kubernetes API
+emulator through the real kubernetes-asyncio client. ``make test`` starts PostgreSQL and Redis
+when they are not running.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import asyncpg
+import pytest
+
+ADMIN_DSN = os.environ.get("WM_TEST_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("WM_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+
+# Tables emptied between integration tests (every table but the migration ledger).
+_STATE_TABLES = ("run_actions", "run_changes", "access_grants", "runs", "clusters")
+
+
+def dsn_for(database: str) -> str:
+    base, _, _ = ADMIN_DSN.rpartition("/")
+    return f"{base}/{database}"
+
+
+@pytest.fixture(scope="session")
+async def database_url() -> AsyncIterator[str]:
+    """A database created for this test run, migrated once, dropped at the end."""
+    from shared.db.migrations import apply_migrations
+
+    name = f"wm_test_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(ADMIN_DSN)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    url = dsn_for(name)
+    await apply_migrations(url)
+    try:
+        yield url
+    finally:
+        admin = await asyncpg.connect(ADMIN_DSN)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on the test run's database, emptied before the test."""
+    from shared.db.pool import create_pool
+
+    pool = await create_pool(database_url, min_size=1, max_size=4)
+    try:
+        await pool.execute(f"TRUNCATE {', '.join(_STATE_TABLES)} RESTART IDENTITY CASCADE")
+        yield pool
+    finally:
+        await pool.close()
+
+
+@pytest.fixture
+async def redis_url() -> AsyncIterator[str]:
+    """The machine's Redis, on a database of the tests' own, flushed before each test."""
+    import redis.asyncio as redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        await client.flushdb()
+        yield REDIS_URL
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def settings_factory(database_url: str) -> Callable[..., Any]:
+    """Build ``Settings`` for a deployable under test (free ports, short leases)."""
+    from shared.config import Settings
+
+    def build(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "DATABASE_URL": database_url,
+            "HEALTH_PORT": 0,
+            "HTTP_PORT": 8120,
+            "LOG_JSON": True,
+            "LEASE_DURATION": 2.0,
+            "LEASE_RENEW_PERIOD": 0.5,
+            "POD_NAMESPACE": "workflow-manager",
+            "SHUTDOWN_GRACE": 5.0,
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    return build

@@ -1,0 +1,129 @@
+"""The clusters this replica informs on, and the informers it runs for the leases it holds.
+
+``apply(targets)`` follows the registry: new clusters join the sharded election, removed ones
+leave it (stopping their informer and releasing their lease), a cluster whose connection
+changed is restarted. ``inform(cluster_id)`` is the election's work: it runs exactly while this
+replica holds the cluster's lease and is cancelled the moment the lease is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+from kubernetes_asyncio.client import ApiClient
+
+from shared.argo import ArgoServer
+from shared.errors import WorkflowManagerError
+from shared.logging import get_logger
+from shared.runs import ClusterRef
+from watcher import metrics
+from watcher.clusters import WatchTarget
+from watcher.k8s_informer import ChangeQueue, InformerOptions, Seen, WorkflowInformer
+from watcher.pg_clusters import ClusterStore
+
+log = get_logger(__name__)
+ClientFactory = Callable[[str], Awaitable[ApiClient]]
+
+
+class Election(Protocol):
+    """What the fleet needs of ``shared.leader.ShardedElection``."""
+
+    async def update(self, shards: Sequence[str]) -> None: ...
+    async def remove(self, shard: str) -> None: ...
+
+
+class Fleet:
+    def __init__(
+        self,
+        *,
+        host_api: ApiClient,
+        clusters: ClusterStore,
+        queue: ChangeQueue,
+        client_factory: ClientFactory,
+        options: InformerOptions | None = None,
+    ) -> None:
+        self._host_api = host_api
+        self._clusters = clusters
+        self._queue = queue
+        self._client_factory = client_factory
+        self._options = options or InformerOptions()
+        self.targets: dict[str, WatchTarget] = {}
+        self.informers: dict[str, WorkflowInformer] = {}
+        self.election: Election | None = None
+
+    def ref(self, cluster_id: str) -> ClusterRef | None:
+        """The cluster a queued change belongs to, while we still inform on it."""
+        target = self.targets.get(cluster_id)
+        return target.ref if target is not None and cluster_id in self.informers else None
+
+    async def apply(self, targets: Sequence[WatchTarget]) -> None:
+        """Watch exactly ``targets``."""
+        if self.election is None:
+            raise RuntimeError("Fleet.apply before the election is attached")
+        wanted = {t.ref.id: t for t in targets}
+        for cluster_id, held in list(self.targets.items()):
+            fresh = wanted.get(cluster_id)
+            if fresh is None or fresh.connection_key != held.connection_key:
+                log.info("cluster_leaving", cluster=cluster_id, removed=fresh is None)
+                await self.election.remove(cluster_id)
+                self.targets.pop(cluster_id, None)
+        for cluster_id, target in wanted.items():
+            if cluster_id not in self.targets:
+                log.info("cluster_joining", cluster=cluster_id, host=target.is_host)
+            self.targets[cluster_id] = target  # a new name or region applies to the next write
+        await self.election.update(sorted(wanted))
+
+    async def inform(self, cluster_id: str) -> None:
+        """Inform on ``cluster_id`` until cancelled (the lease was lost or the cluster left)."""
+        target = self.targets.get(cluster_id)
+        if target is None:
+            await asyncio.Event().wait()  # not ours to watch any more; wait to be cancelled
+            return
+        client = self._host_api if target.is_host else None
+        try:
+            if client is None:
+                assert target.kubeconfig is not None  # plan_targets only keeps reachable ones
+                client = await self._client_factory(target.kubeconfig)
+            known = {
+                key: Seen(uid, rv)
+                for key, (uid, rv) in (await self._clusters.known_runs(cluster_id)).items()
+            }
+            informer = WorkflowInformer(
+                cluster=target.ref,
+                api_client=client,
+                queue=self._queue,
+                known=known,
+                options=self._options,
+            )
+            self.informers[cluster_id] = informer
+            metrics.CLUSTERS_WATCHED.set(len(self.informers))
+            log.info("informer_started", cluster=cluster_id, known_runs=len(known))
+            await informer.run()
+        finally:
+            self.informers.pop(cluster_id, None)
+            metrics.CLUSTERS_WATCHED.set(len(self.informers))
+            dropped = self._queue.discard_where(lambda key: key[0] == cluster_id)
+            log.info("informer_stopped", cluster=cluster_id, dropped_changes=dropped)
+            if client is not None and client is not self._host_api:
+                await client.close()
+
+    async def report_status(self) -> None:
+        """Record, for each cluster we inform on, its last event time and its Argo server."""
+        for cluster_id, informer in list(self.informers.items()):
+            reachable: bool | None
+            version: str | None = None
+            try:
+                argo = ArgoServer(informer.api_client, timeout=5.0)
+                answer = await argo.version()
+                version = str(answer.get("version")) if isinstance(answer, dict) else None
+                reachable = True
+            except WorkflowManagerError:
+                reachable = False
+            await self._clusters.record_status(
+                cluster_id,
+                argo_reachable=reachable,
+                argo_version=version,
+                last_event_at=informer.state.last_event_at,
+            )

@@ -1,0 +1,209 @@
+"""Wires the watcher: registry → fleet of informers (one Lease per cluster) → writer → PostgreSQL.
+
+Loops, each guarded by the supervisor:
+- ``clusters``: reads the registry at start, on ``NOTIFY cluster_refresh`` (sent by the
+  apiserver's ``POST /internal/v1/clusters/refresh``) and every CLUSTER_REFRESH_INTERVAL;
+- ``election``: the sharded Lease election whose work is one informer per held cluster;
+- ``writer``: the coalescing queue into PostgreSQL;
+- ``retention``: finished runs older than RUN_RETENTION_DAYS, in small batches, by one replica;
+- ``status``: each informed cluster's Argo reachability and last event time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import aiohttp
+import asyncpg
+from kubernetes_asyncio.client import ApiClient, CoreV1Api
+
+from shared.config import Settings
+from shared.db.migrations import apply_migrations
+from shared.db.pool import connect, create_pool
+from shared.errors import WorkflowManagerError
+from shared.health import HealthServer
+from shared.k8s import client_from_kubeconfig, host_client, translating
+from shared.leader import LeaderElector, ShardedElection, default_identity
+from shared.logging import get_logger
+from shared.tasks import Supervisor
+from watcher.clusters import plan_targets
+from watcher.fleet import Fleet
+from watcher.k8s_informer import ChangeQueue, InformerOptions
+from watcher.pg_clusters import ClusterStore
+from watcher.pg_store import RunStore
+from watcher.registry_client import RegistryClient
+from watcher.writing import RunWriter
+
+REFRESH_CHANNEL = "cluster_refresh"
+LEASE_PREFIX = "wm-watcher"
+log = get_logger(__name__)
+
+
+async def host_identity(api: ApiClient) -> str:
+    """The host cluster's identity: the UID of its kube-system namespace."""
+    with translating():
+        namespace = await CoreV1Api(api).read_namespace("kube-system")
+    return str(namespace.metadata.uid)
+
+
+@dataclass
+class Watcher:
+    """The running watcher's parts (tests and benchmarks reach into them)."""
+
+    settings: Settings
+    pool: asyncpg.Pool
+    host_api: ApiClient
+    host_uid: str
+    queue: ChangeQueue
+    fleet: Fleet
+    writer: RunWriter
+    runs: RunStore
+    clusters: ClusterStore
+    refresh_requested: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def refresh_clusters(self, registry: RegistryClient | None) -> None:
+        entries = await registry.clusters() if registry is not None else []
+        targets = plan_targets(entries, host_uid=self.host_uid)
+        await self.clusters.sync(targets, host_uid=self.host_uid)
+        await self.fleet.apply(targets)
+
+    async def cluster_loop(self, registry: RegistryClient | None) -> None:
+        interval = self.settings.CLUSTER_REFRESH_INTERVAL
+        while True:
+            try:
+                await self.refresh_clusters(registry)
+            except WorkflowManagerError as exc:
+                log.warning("cluster_refresh_failed", error=exc.code, reason=exc.message)
+            self.refresh_requested.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.refresh_requested.wait(), timeout=interval)
+
+    async def listen_loop(self) -> None:
+        """Hold a LISTEN connection for refresh requests; reconnect when it drops."""
+        while True:
+            try:
+                conn = await connect(self.settings, application_name="wm-watcher-listen")
+            except WorkflowManagerError:
+                await asyncio.sleep(2.0)
+                continue
+            lost = asyncio.Event()
+            conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
+            await conn.add_listener(REFRESH_CHANNEL, lambda *_: self.refresh_requested.set())
+            self.refresh_requested.set()  # a refresh may have been missed while disconnected
+            try:
+                await lost.wait()
+            finally:
+                with contextlib.suppress(Exception):
+                    await conn.close(timeout=2)
+
+    async def retention_loop(self) -> None:
+        """Delete finished runs past retention, a small batch at a time, and old changes."""
+        while True:
+            now = datetime.now(UTC)
+            cutoff = now - timedelta(days=self.settings.RUN_RETENTION_DAYS)
+            try:
+                deleted = 1
+                while deleted:
+                    deleted = await self.runs.prune_finished(older_than=cutoff)
+                    if deleted:
+                        log.info("runs_pruned", count=deleted)
+                        await asyncio.sleep(0.1)  # let other writers through
+                await self.runs.prune_changes(older_than=now - timedelta(days=1))
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("retention_failed", error=type(exc).__name__)
+            await asyncio.sleep(600)
+
+    async def status_loop(self) -> None:
+        while True:
+            await asyncio.sleep(15)
+            try:
+                await self.fleet.report_status()
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("status_report_failed", error=type(exc).__name__)
+
+
+@contextlib.asynccontextmanager
+async def watcher_parts(
+    settings: Settings, *, informer_options: InformerOptions | None = None
+) -> AsyncIterator[Watcher]:
+    """Open the pool (migrating first), the host client and build the parts."""
+    await apply_migrations(settings)
+    pool = await create_pool(settings, application_name="wm-watcher")
+    host_api = await host_client(settings)
+    try:
+        host_uid = await host_identity(host_api)
+        queue = ChangeQueue()
+        runs, clusters = RunStore(pool), ClusterStore(pool)
+        fleet = Fleet(
+            host_api=host_api,
+            clusters=clusters,
+            queue=queue,
+            client_factory=client_from_kubeconfig,
+            options=informer_options,
+        )
+        writer = RunWriter(queue=queue, store=runs, cluster_ref=fleet.ref)
+        yield Watcher(settings, pool, host_api, host_uid, queue, fleet, writer, runs, clusters)
+    finally:
+        await host_api.close()
+        await pool.close()
+
+
+async def run(
+    settings: Settings,
+    workers: Supervisor,
+    *,
+    informer_options: InformerOptions | None = None,
+    started: asyncio.Event | None = None,
+) -> None:
+    """The watcher's main: runs until cancelled."""
+    identity = default_identity(settings.POD_NAME)
+    async with (
+        HealthServer.from_settings(settings) as health,
+        watcher_parts(settings, informer_options=informer_options) as watcher,
+        aiohttp.ClientSession() as session,
+    ):
+        registry = (
+            RegistryClient(
+                session,
+                base_url=settings.KUBEOPERA_API_BASE_URL,
+                internal_key=(
+                    settings.KUBEOPERA_API_INTERNAL_KEY.get_secret_value()
+                    if settings.KUBEOPERA_API_INTERNAL_KEY
+                    else None
+                ),
+            )
+            if settings.KUBEOPERA_API_BASE_URL
+            else None
+        )
+        election = ShardedElection(
+            watcher.host_api,
+            namespace=settings.POD_NAMESPACE,
+            prefix=LEASE_PREFIX,
+            identity=identity,
+            lease_duration=settings.LEASE_DURATION,
+            renew_period=settings.LEASE_RENEW_PERIOD,
+            work=watcher.fleet.inform,
+        )
+        watcher.fleet.election = election
+        retention = LeaderElector.from_settings(
+            watcher.host_api, settings, name=f"{LEASE_PREFIX}-retention"
+        )
+
+        async def pool_ready() -> None:
+            await watcher.pool.fetchval("SELECT 1")
+
+        health.add_check("postgresql", pool_ready)
+        async with election, retention:
+            workers.spawn("writer", watcher.writer.run)
+            workers.spawn("clusters", lambda: watcher.cluster_loop(registry))
+            workers.spawn("listen", watcher.listen_loop)
+            workers.spawn("retention", lambda: retention.run_while_leading(watcher.retention_loop))
+            workers.spawn("status", watcher.status_loop)
+            log.info("watcher_started", identity=identity, host_cluster=watcher.host_uid)
+            if started is not None:
+                started.set()
+            await asyncio.Event().wait()

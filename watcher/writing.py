@@ -1,0 +1,145 @@
+"""The writer: drains the change queue in batches, normalises, commits, retries on outages.
+
+A batch that cannot be committed because PostgreSQL is unreachable goes back to the queue
+(unless a newer value arrived meanwhile) and is retried with backoff: nothing is lost while
+the database restarts. A record PostgreSQL refuses outright is isolated and skipped, logged,
+so one bad document cannot stall a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import asyncpg
+
+from shared.errors import Invalid
+from shared.logging import get_logger
+from shared.runs import ClusterRef, RunRecord
+from watcher import metrics
+from watcher.k8s_informer import ChangeQueue, Deleted, WorkflowKey
+from watcher.normalise import normalise
+from watcher.pg_store import RunStore, Tombstone
+from watcher.queueing import Pending
+
+log = get_logger(__name__)
+
+# SQLSTATE classes that mean "the server or connection is not there right now".
+_TRANSIENT_CLASSES = ("08", "53", "57", "40")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when retrying the same write later can succeed (purely computational)."""
+    if isinstance(exc, OSError | asyncpg.InterfaceError | asyncio.TimeoutError):
+        return True
+    state = getattr(exc, "sqlstate", None) or ""
+    return isinstance(exc, asyncpg.PostgresError) and state[:2] in _TRANSIENT_CLASSES
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedBatch:
+    records: list[RunRecord]
+    tombstones: list[Tombstone]
+
+
+def prepare(
+    batch: Sequence[tuple[WorkflowKey, Pending[dict[str, object] | Deleted]]],
+    cluster_ref: Callable[[str], ClusterRef | None],
+) -> PreparedBatch:
+    """Normalise a drained batch into records and tombstones; skip what cannot be keyed."""
+    records: list[RunRecord] = []
+    tombstones: list[Tombstone] = []
+    for (cluster_id, namespace, name, uid), pending in batch:
+        cluster = cluster_ref(cluster_id)
+        if cluster is None:
+            continue  # no longer ours
+        value = pending.value
+        final = value.final if isinstance(value, Deleted) else value
+        if final is not None:
+            try:
+                records.append(normalise(final, cluster))
+            except Invalid as exc:
+                log.warning(
+                    "workflow_skipped",
+                    cluster=cluster_id,
+                    namespace=namespace,
+                    workflow=name,
+                    reason=exc.message,
+                )
+        if isinstance(value, Deleted):
+            tombstones.append(Tombstone(cluster_id, namespace, name, uid))
+    return PreparedBatch(records, tombstones)
+
+
+class RunWriter:
+    """Runs forever: queue → normalise → PostgreSQL."""
+
+    def __init__(
+        self,
+        *,
+        queue: ChangeQueue,
+        store: RunStore,
+        cluster_ref: Callable[[str], ClusterRef | None],
+        batch_size: int = 500,
+        backoff_max: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._queue = queue
+        self._store = store
+        self._cluster_ref = cluster_ref
+        self._batch_size = batch_size
+        self._backoff_max = backoff_max
+        self._clock = clock
+        self.committed = 0  # changes committed since start (tests, benchmarks)
+
+    async def run(self) -> None:
+        backoff = 0.2
+        while True:
+            await self._queue.wait()
+            batch = self._queue.take(self._batch_size)
+            metrics.QUEUE_DEPTH.set(len(self._queue))
+            prepared = prepare(batch, self._cluster_ref)
+            started = self._clock()
+            try:
+                self.committed += await self._write(prepared)
+            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                if not is_transient(exc):
+                    raise
+                metrics.WRITE_FAILURES.inc()
+                log.warning("write_failed_retrying", error=type(exc).__name__, retry_in=backoff)
+                self._queue.requeue(batch)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self._backoff_max)
+                continue
+            backoff = 0.2
+            now = self._clock()
+            metrics.UPSERT_SECONDS.observe(now - started)
+            for _, pending in batch:
+                metrics.LAG_SECONDS.observe(now - pending.first_seen)
+
+    async def _write(self, prepared: PreparedBatch) -> int:
+        try:
+            return await self._store.write_batch(prepared.records, prepared.tombstones)
+        except asyncpg.PostgresError as exc:
+            if is_transient(exc) or len(prepared.records) + len(prepared.tombstones) <= 1:
+                raise
+        # One record PostgreSQL refuses must not block the others: write them one by one.
+        written = 0
+        for record in prepared.records:
+            try:
+                written += await self._store.write_batch([record])
+            except asyncpg.PostgresError as exc:
+                if is_transient(exc):
+                    raise
+                log.error(
+                    "run_refused_by_database",
+                    cluster=record.cluster_id,
+                    namespace=record.namespace,
+                    workflow=record.name,
+                    sqlstate=exc.sqlstate,
+                )
+        if prepared.tombstones:
+            written += await self._store.write_batch([], prepared.tombstones)
+        return written
