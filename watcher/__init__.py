@@ -1,0 +1,1 @@
+"""The watcher deployable: one informer per cluster, runs normalised into PostgreSQL."""
