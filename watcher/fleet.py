@@ -19,7 +19,7 @@ from shared.errors import WorkflowManagerError
 from shared.logging import get_logger
 from shared.runs import ClusterRef
 from watcher import metrics
-from watcher.clusters import WatchTarget
+from shared.clusters import WatchTarget
 from watcher.k8s_informer import ChangeQueue, InformerOptions, Seen, WorkflowInformer
 from watcher.pg_clusters import ClusterStore
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import asyncpg
 
 from shared.logging import get_logger
-from watcher.clusters import WatchTarget, provisional_host_id
+from shared.clusters import WatchTarget, provisional_host_id
 
 log = get_logger(__name__)
 

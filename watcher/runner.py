@@ -30,12 +30,12 @@ from shared.k8s import client_from_kubeconfig, host_client, translating
 from shared.leader import LeaderElector, ShardedElection, default_identity
 from shared.logging import get_logger
 from shared.tasks import Supervisor
-from watcher.clusters import plan_targets
+from shared.clusters import plan_targets
 from watcher.fleet import Fleet
 from watcher.k8s_informer import ChangeQueue, InformerOptions
 from watcher.pg_clusters import ClusterStore
 from watcher.pg_store import RunStore
-from watcher.registry_client import RegistryClient
+from shared.registry_client import RegistryClient
 from watcher.writing import RunWriter
 
 REFRESH_CHANNEL = "cluster_refresh"

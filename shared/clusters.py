@@ -1,4 +1,4 @@
-"""Which clusters to watch, from the registry and the host's own identity.
+"""Which clusters exist and how to reach them, from the registry and the host's own identity.
 
 Purely computational, no side effects. The host cluster is recognised as "Register this
 cluster" does: by the UID of its kube-system namespace. Until the registry lists it, it is

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shared.errors import Invalid
-from watcher.clusters import (
+from shared.clusters import (
     RegistryEntry,
     parse_registry,
     plan_targets,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiohttp
 
 from shared.errors import DependencyDown, Invalid
-from watcher.clusters import RegistryEntry, parse_registry
+from shared.clusters import RegistryEntry, parse_registry
 
 
 class RegistryClient:
