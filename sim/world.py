@@ -1,0 +1,228 @@
+"""The simulated world for tests and the demo: N Kubernetes API emulators, each with an Argo
+simulator and Argo server, a cluster registry, optional log archival and sample load.
+
+Cluster 0 is the host: its kube-system UID is the host identity, and it is listed in the
+registry (with a null kubeconfig, like production's in-cluster identity) only when
+`host_registered`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from sim.argo.archive import S3Archive, S3Settings
+from sim.argo.controller import ArgoSimulator
+from sim.argo.samples import install_samples, submit_sample_workflows
+from sim.argo.server import ARGO_NAMESPACE, ARGO_PORT, ARGO_SERVICE, ArgoServer
+from sim.kube.server import RunningCluster, start_cluster
+from sim.kube.store import ClusterStore
+from sim.kube.types import ApiError
+from sim.registry import ClusterRecord, RunningRegistry, start_registry
+
+__all__ = ["SimCluster", "World", "start_world", "submit_sample_workflows"]
+
+log = structlog.get_logger("sim.world")
+REGIONS = ("eu-west-1", "us-east-1", "ap-southeast-1", "eu-central-1")
+DEFAULT_REGISTRY_KEY = "sim-registry-key"
+
+
+@dataclass
+class SimCluster:
+    """One simulated cluster: the API emulator, its Argo controller and Argo server."""
+
+    id: str
+    name: str
+    region: str
+    running: RunningCluster
+    argo: ArgoSimulator
+    server: ArgoServer
+    host: bool = False
+
+    @property
+    def store(self) -> ClusterStore:
+        return self.running.store
+
+    @property
+    def url(self) -> str:
+        return self.running.url
+
+    @property
+    def kubeconfig(self) -> str:
+        return self.running.kubeconfig
+
+    @property
+    def kube_system_uid(self) -> str:
+        return self.running.kube_system_uid
+
+    def record(self, *, with_kubeconfig: bool = True) -> ClusterRecord:
+        return ClusterRecord(
+            id=self.id,
+            name=self.name,
+            region=self.region,
+            provider="sim",
+            kubeconfig=self.kubeconfig if with_kubeconfig else None,
+            kube_system_uid=self.kube_system_uid,
+        )
+
+
+@dataclass
+class World:
+    clusters: list[SimCluster]
+    registry: RunningRegistry
+    archive: S3Archive | None = None
+    _load: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def host(self) -> SimCluster:
+        return self.clusters[0]
+
+    @property
+    def registry_url(self) -> str:
+        return self.registry.url
+
+    @property
+    def registry_key(self) -> str:
+        return self.registry.key
+
+    def register(self, cluster: SimCluster) -> None:
+        """List a cluster in the registry (the host without a kubeconfig)."""
+        self.registry.registry.add(cluster.record(with_kubeconfig=not cluster.host))
+
+    def unregister(self, cluster: SimCluster) -> None:
+        self.registry.registry.remove(cluster.id)
+
+    def start_load(self, rate: float, *, seed: int | None = None) -> None:
+        """Submit sample workflows to every cluster at `rate` runs per second each."""
+        for index, cluster in enumerate(self.clusters):
+            install_samples(cluster.store, bucket=self.archive.bucket if self.archive else None)
+            task = asyncio.create_task(
+                _guarded(
+                    submit_sample_workflows(
+                        cluster.store, rate, seed=None if seed is None else seed + index
+                    ),
+                    cluster=cluster.name,
+                ),
+                name=f"sim-load-{cluster.name}",
+            )
+            self._load.append(task)
+
+    async def stop(self) -> None:
+        for task in self._load:
+            task.cancel()
+        for task in self._load:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._load.clear()
+        for cluster in self.clusters:
+            await cluster.argo.stop()
+            cluster.store.close_streams()
+            await cluster.running.stop()
+        await self.registry.stop()
+
+
+async def _guarded(coroutine: Coroutine[Any, Any, None], *, cluster: str) -> None:
+    """Run a background coroutine; a crash is logged, never silently lost."""
+    try:
+        await coroutine
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("sim_load_failed", cluster=cluster)
+
+
+def _ensure(
+    store: ClusterStore, group: str, plural: str, namespace: str | None, obj: dict[str, object]
+) -> None:
+    try:
+        store.create(store.resolve(group, "v1", plural), namespace, obj)
+    except ApiError as error:
+        if error.status != 409:
+            raise
+
+
+async def start_cluster_with_argo(
+    name: str,
+    *,
+    region: str,
+    tick: float,
+    archive: S3Archive | None,
+    pod_gc_delay: float,
+    autostart: bool,
+    host: bool = False,
+    bind: str = "127.0.0.1",
+) -> SimCluster:
+    """One emulated cluster with an `argo` namespace, the Argo server proxy and controller."""
+    running = await start_cluster(name, host=bind)
+    store = running.store
+    _ensure(store, "", "namespaces", None, {"metadata": {"name": ARGO_NAMESPACE}})
+    _ensure(
+        store,
+        "",
+        "services",
+        ARGO_NAMESPACE,
+        {
+            "metadata": {"name": ARGO_SERVICE, "labels": {"app": "argo-server"}},
+            "spec": {"ports": [{"name": "web", "port": int(ARGO_PORT)}]},
+        },
+    )
+    server = ArgoServer(store)
+    server.register()
+    argo = ArgoSimulator(store, tick=tick, archive=archive, pod_gc_delay=pod_gc_delay)
+    if autostart:
+        argo.start()
+    cluster_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"sim-cluster/{name}"))
+    return SimCluster(cluster_id, name, region, running, argo, server, host=host)
+
+
+async def start_world(
+    n_clusters: int,
+    *,
+    tick: float = 1.0,
+    s3_endpoint: str | None = None,
+    bucket: str | None = None,
+    registry_key: str = DEFAULT_REGISTRY_KEY,
+    host_registered: bool = False,
+    pod_gc_delay: float = 5.0,
+    autostart: bool = True,
+    load_rate: float | None = None,
+    bind: str = "127.0.0.1",
+) -> World:
+    """Start `n_clusters` clusters with Argo (cluster 0 is the host) and the registry.
+
+    With `autostart=False` the Argo simulators do not tick by themselves: call
+    `cluster.argo.step()`. Log archival needs both `s3_endpoint` and `bucket`.
+    """
+    archive = None
+    if s3_endpoint and bucket:
+        archive = S3Archive(S3Settings(endpoint=s3_endpoint, bucket=bucket))
+        await archive.ensure_bucket()
+    registry = await start_registry(internal_key=registry_key, host=bind)
+    world = World(clusters=[], registry=registry, archive=archive)
+    try:
+        for index in range(n_clusters):
+            cluster = await start_cluster_with_argo(
+                "host" if index == 0 else f"cluster-{index}",
+                region=REGIONS[index % len(REGIONS)],
+                tick=tick,
+                archive=archive,
+                pod_gc_delay=pod_gc_delay,
+                autostart=autostart,
+                host=index == 0,
+                bind=bind,
+            )
+            world.clusters.append(cluster)
+            if index > 0 or host_registered:
+                world.register(cluster)
+    except BaseException:
+        await world.stop()
+        raise
+    if load_rate:
+        world.start_load(load_rate)
+    return world
