@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -158,6 +158,7 @@ async def run(
     *,
     informer_options: InformerOptions | None = None,
     started: asyncio.Event | None = None,
+    expose: Callable[[Watcher], None] | None = None,
 ) -> None:
     """The watcher's main: runs until cancelled."""
     identity = default_identity(settings.POD_NAME)
@@ -204,6 +205,8 @@ async def run(
             workers.spawn("retention", lambda: retention.run_while_leading(watcher.retention_loop))
             workers.spawn("status", watcher.status_loop)
             log.info("watcher_started", identity=identity, host_cluster=watcher.host_uid)
+            if expose is not None:
+                expose(watcher)
             if started is not None:
                 started.set()
             await asyncio.Event().wait()
