@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import aiohttp
 
-from shared.errors import DependencyDown, Invalid
 from shared.clusters import RegistryEntry, parse_registry
+from shared.errors import DependencyDown, Invalid
 
 
 class RegistryClient:

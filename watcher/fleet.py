@@ -15,11 +15,11 @@ from typing import Protocol
 from kubernetes_asyncio.client import ApiClient
 
 from shared.argo import ArgoServer
+from shared.clusters import WatchTarget
 from shared.errors import WorkflowManagerError
 from shared.logging import get_logger
 from shared.runs import ClusterRef
 from watcher import metrics
-from shared.clusters import WatchTarget
 from watcher.k8s_informer import ChangeQueue, InformerOptions, Seen, WorkflowInformer
 from watcher.pg_clusters import ClusterStore
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from shared.logging import get_logger
 from shared.clusters import WatchTarget, provisional_host_id
+from shared.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -21,6 +21,7 @@ import aiohttp
 import asyncpg
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
+from shared.clusters import plan_targets
 from shared.config import Settings
 from shared.db.migrations import apply_migrations
 from shared.db.pool import connect, create_pool
@@ -29,13 +30,12 @@ from shared.health import HealthServer
 from shared.k8s import client_from_kubeconfig, host_client, translating
 from shared.leader import LeaderElector, ShardedElection, default_identity
 from shared.logging import get_logger
+from shared.registry_client import RegistryClient
 from shared.tasks import Supervisor
-from shared.clusters import plan_targets
 from watcher.fleet import Fleet
 from watcher.k8s_informer import ChangeQueue, InformerOptions
 from watcher.pg_clusters import ClusterStore
 from watcher.pg_store import RunStore
-from shared.registry_client import RegistryClient
 from watcher.writing import RunWriter
 
 REFRESH_CHANNEL = "cluster_refresh"

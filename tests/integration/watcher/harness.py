@@ -77,10 +77,10 @@ def submit(store: ClusterStore, namespace: str, workflow: Obj) -> Obj:
 
 
 async def eventually(
-    check: Callable[[], Awaitable[bool]], *, timeout: float = 20.0, what: str = "condition"
+    check: Callable[[], Awaitable[bool]], *, within: float = 20.0, what: str = "condition"
 ) -> None:
-    """Wait until ``check()`` holds; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
+    """Wait until ``check()`` holds; fail naming ``what`` after ``within`` seconds."""
+    deadline = time.monotonic() + within
     while not await check():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")

@@ -217,7 +217,7 @@ async def test_leader_killed_mid_stream_other_replica_takes_over(
             for _, phase in (cluster_state(cluster.store)).values()
         )
 
-    await eventually(converged, timeout=40, what="PostgreSQL equal to every cluster")
+    await eventually(converged, within=40, what="PostgreSQL equal to every cluster")
     assert sum(len(p.fleet.informers) for p in second.parts) == 2
 
 
@@ -253,7 +253,7 @@ async def test_postgresql_outage_during_ingest_loses_nothing(
                     return False
             return True
 
-        await eventually(converged, timeout=40, what="every run committed after the outage")
+        await eventually(converged, within=40, what="every run committed after the outage")
     finally:
         await proxy.stop()
 
