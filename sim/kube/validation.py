@@ -1,0 +1,61 @@
+"""Checks the API server makes on every written object's metadata. Purely computational."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sim.kube.types import ApiError, JsonObject, ResourceType
+
+NAMESPACES_KEY = ("", "v1", "namespaces")
+
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_PATH_SEGMENT_NAME = re.compile(r"^[^/%]+$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def validate_metadata(rtype: ResourceType, obj: JsonObject) -> None:
+    """422 Invalid for a bad name, labels, annotations or finalizers."""
+    meta = obj["metadata"]
+    name = meta["name"]
+    if rtype.key == NAMESPACES_KEY:
+        valid = len(name) <= 63 and _DNS_LABEL.match(name) is not None
+    elif rtype.group == "rbac.authorization.k8s.io":
+        valid = _PATH_SEGMENT_NAME.match(name) is not None and name not in (".", "..")
+    else:
+        valid = len(name) <= 253 and _SUBDOMAIN.match(name) is not None
+    if not valid:
+        raise ApiError(422, "Invalid", f'{rtype.kind} "{name}" is invalid: metadata.name')
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, dict):
+        raise ApiError(422, "Invalid", "metadata.labels must be a map of strings")
+    for key, value in labels.items():
+        if not valid_label_key(key) or not (
+            isinstance(value, str) and len(value) <= 63 and _LABEL_VALUE.match(value)
+        ):
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{rtype.kind} "{name}" is invalid: metadata.labels: Invalid value: '
+                f"{key}={value!r}",
+            )
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, dict) or not all(
+        isinstance(v, str) for v in annotations.values()
+    ):
+        raise ApiError(422, "Invalid", "metadata.annotations must be a map of strings")
+    finalizers = meta.get("finalizers") or []
+    if not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers):
+        raise ApiError(422, "Invalid", "metadata.finalizers must be a list of strings")
+
+
+def valid_label_key(key: Any) -> bool:
+    """`[prefix/]name` with a DNS-subdomain prefix and a name of at most 63 characters."""
+    if not isinstance(key, str):
+        return False
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and _LABEL_NAME.match(name) is not None
