@@ -11,13 +11,13 @@ thousands of runs costs kilobytes, not gigabytes.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -165,7 +165,7 @@ class WorkflowInformer:
         )
         try:
             async for line in _lines(response.content):
-                await self._handle(json.loads(line))
+                await self._handle(orjson.loads(line))
         finally:
             response.release()
 

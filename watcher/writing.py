@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
@@ -38,6 +39,9 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, asyncpg.PostgresError) and state[:2] in _TRANSIENT_CLASSES
 
 
+Batch = list[tuple[WorkflowKey, Pending[dict[str, Any] | Deleted]]]
+
+
 @dataclass(frozen=True, slots=True)
 class PreparedBatch:
     records: list[RunRecord]
@@ -45,7 +49,7 @@ class PreparedBatch:
 
 
 def prepare(
-    batch: Sequence[tuple[WorkflowKey, Pending[dict[str, object] | Deleted]]],
+    batch: Sequence[tuple[WorkflowKey, Pending[dict[str, Any] | Deleted]]],
     cluster_ref: Callable[[str], ClusterRef | None],
 ) -> PreparedBatch:
     """Normalise a drained batch into records and tombstones; skip what cannot be keyed."""
@@ -95,12 +99,25 @@ class RunWriter:
         self.committed = 0  # changes committed since start (tests, benchmarks)
 
     async def run(self) -> None:
-        backoff = 0.2
+        """Two stages: normalising the next batch overlaps committing the previous one (the
+        first is this process's CPU, the second PostgreSQL's). One commit at a time keeps the
+        writes of a workflow in order."""
+        handoff: asyncio.Queue[tuple[Batch, PreparedBatch]] = asyncio.Queue(maxsize=1)
+        async with asyncio.TaskGroup() as stages:
+            stages.create_task(self._prepare_loop(handoff))
+            stages.create_task(self._commit_loop(handoff))
+
+    async def _prepare_loop(self, handoff: asyncio.Queue[tuple[Batch, PreparedBatch]]) -> None:
         while True:
             await self._queue.wait()
             batch = self._queue.take(self._batch_size)
             metrics.QUEUE_DEPTH.set(len(self._queue))
-            prepared = prepare(batch, self._cluster_ref)
+            await handoff.put((batch, prepare(batch, self._cluster_ref)))
+
+    async def _commit_loop(self, handoff: asyncio.Queue[tuple[Batch, PreparedBatch]]) -> None:
+        backoff = 0.2
+        while True:
+            batch, prepared = await handoff.get()
             started = self._clock()
             try:
                 self.committed += await self._write(prepared)
@@ -109,6 +126,7 @@ class RunWriter:
                     raise
                 metrics.WRITE_FAILURES.inc()
                 log.warning("write_failed_retrying", error=type(exc).__name__, retry_in=backoff)
+                # Back to the queue; the rv guard makes a late older write harmless.
                 self._queue.requeue(batch)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._backoff_max)

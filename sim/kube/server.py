@@ -6,6 +6,7 @@ import hmac
 import json
 import logging
 import secrets
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -72,12 +73,26 @@ class _Target:
     rest: list[str]
 
 
+_MAX_SNAPSHOTS = 64
+
+
+def _non_negative_int(value: str | None, name: str) -> int:
+    if value is None or value == "":
+        return 0
+    if not value.isdigit():
+        raise ApiError(400, "BadRequest", f"{name}: expected a non-negative integer")
+    return int(value)
+
+
 class _Api:
     """The single catch-all request handler."""
 
     def __init__(self, store: ClusterStore, token: str | None) -> None:
         self._store = store
         self._authorization = None if token is None else f"Bearer {token}"
+        # Paged lists: a snapshot per first page, served by continue token (a consistent
+        # snapshot, as the real API guarantees); the oldest are forgotten (→ 410 Expired).
+        self._snapshots: OrderedDict[str, tuple[list[Stored], str]] = OrderedDict()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -186,21 +201,47 @@ class _Api:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
 
     def _list(self, request: web.Request, target: _Target) -> web.Response:
-        items = self._store.list_raw(
-            target.rtype,
-            target.namespace,
-            label_selector=request.query.get("labelSelector"),
-            field_selector=request.query.get("fieldSelector"),
-        )
-        return self._list_body(target.rtype, items)
+        limit = _non_negative_int(request.query.get("limit"), "limit")
+        token = request.query.get("continue")
+        if token:
+            snapshot_id, _, offset_text = token.partition(":")
+            snapshot = self._snapshots.get(snapshot_id)
+            if snapshot is None or not offset_text.isdigit():
+                raise ApiError(410, "Expired", "the provided continue parameter is too old")
+            items, rv = snapshot
+            offset = int(offset_text)
+        else:
+            items = self._store.list_raw(
+                target.rtype,
+                target.namespace,
+                label_selector=request.query.get("labelSelector"),
+                field_selector=request.query.get("fieldSelector"),
+            )
+            rv, offset = str(self._store.resource_version), 0
+        if not limit or offset + limit >= len(items):
+            return self._list_body(target.rtype, items[offset:], rv=rv)
+        if not token:
+            snapshot_id = secrets.token_hex(8)
+            self._snapshots[snapshot_id] = (items, rv)
+            while len(self._snapshots) > _MAX_SNAPSHOTS:
+                self._snapshots.popitem(last=False)
+        page = items[offset : offset + limit]
+        following = f"{snapshot_id}:{offset + limit}"
+        return self._list_body(target.rtype, page, rv=rv, following=following)
 
-    def _list_body(self, rtype: ResourceType, items: list[Stored]) -> web.Response:
+    def _list_body(
+        self,
+        rtype: ResourceType,
+        items: list[Stored],
+        *,
+        rv: str | None = None,
+        following: str | None = None,
+    ) -> web.Response:
+        metadata: JsonObject = {"resourceVersion": rv or str(self._store.resource_version)}
+        if following:
+            metadata["continue"] = following
         head = dumps(
-            {
-                "apiVersion": rtype.api_version,
-                "kind": rtype.list_kind,
-                "metadata": {"resourceVersion": str(self._store.resource_version)},
-            }
+            {"apiVersion": rtype.api_version, "kind": rtype.list_kind, "metadata": metadata}
         )
         body = head[:-1] + b',"items":[' + b",".join(item.data for item in items) + b"]}"
         return _raw(200, body)

@@ -642,3 +642,28 @@ async def test_stopping_a_cluster_ends_open_watches_promptly() -> None:
         await running.stop()
         assert await response.content.read() == b""
         assert loop.time() - started < 1.5
+
+
+async def test_paged_list_is_a_consistent_snapshot(api: ApiClient) -> None:
+    core = CoreV1Api(api)
+    for index in range(7):
+        await core.create_namespaced_config_map(
+            "default", V1ConfigMap(metadata=V1ObjectMeta(name=f"page-{index}"))
+        )
+    first = await core.list_namespaced_config_map("default", limit=3)
+    assert [c.metadata.name for c in first.items] == ["page-0", "page-1", "page-2"]
+    assert first.metadata._continue
+    # A change after the first page is not part of the snapshot being paged through.
+    await core.create_namespaced_config_map(
+        "default", V1ConfigMap(metadata=V1ObjectMeta(name="page-9"))
+    )
+    names, token = [c.metadata.name for c in first.items], first.metadata._continue
+    while token:
+        page = await core.list_namespaced_config_map("default", limit=3, _continue=token)
+        assert page.metadata.resource_version == first.metadata.resource_version
+        names += [c.metadata.name for c in page.items]
+        token = page.metadata._continue
+    assert names == [f"page-{i}" for i in range(7)]
+    with pytest.raises(ApiException) as expired:
+        await core.list_namespaced_config_map("default", limit=3, _continue="unknown:3")
+    assert expired.value.status == 410
