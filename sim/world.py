@@ -172,6 +172,9 @@ async def start_cluster_with_argo(
             "spec": {"ports": [{"name": "web", "port": int(ARGO_PORT)}]},
         },
     )
+    if host:
+        # Where workflow-manager's own Leases live (its release namespace in production).
+        _ensure(store, "", "namespaces", None, {"metadata": {"name": "workflow-manager"}})
     server = ArgoServer(store)
     server.register()
     argo = ArgoSimulator(store, tick=tick, archive=archive, pod_gc_delay=pod_gc_delay)
