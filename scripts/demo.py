@@ -92,6 +92,10 @@ async def feed(url: str) -> None:
             progress = (
                 f"{row['progress_done']}/{row['progress_total']}" if row["progress_total"] else "-"
             )
+            run = (str(row["cluster"]), row["namespace"], row["name"])
+            if row["kind"] != "deleted" and shown.get(run) == (row["phase"], progress):
+                continue  # several commits between two looks: print the state once
+            shown[run] = (row["phase"], progress)
             gone = "  (deleted from its cluster, history kept)" if row["kind"] == "deleted" else ""
             print(
                 f"  #{row['seq']:<6} {row['cluster']:<10} {row['namespace']:<24} "
