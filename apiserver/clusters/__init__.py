@@ -1,0 +1,1 @@
+"""``/workflow-clusters`` and the connection cache reaching each watched cluster."""

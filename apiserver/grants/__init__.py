@@ -1,0 +1,1 @@
+"""``/access-grants``: administrators widen a tenant's view to namespaces of other clusters."""

@@ -1,0 +1,87 @@
+"""Reading path, query and body parameters; every failure is Invalid naming the parameter."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from apiserver.runs.query import check_known, group_params
+from shared.errors import Invalid
+
+MAX_BODY = 256 * 1024
+
+
+def query_params(request: web.Request, allowed: frozenset[str] | set[str]) -> dict[str, list[str]]:
+    """The query as name -> values, refusing names the route does not take."""
+    params = group_params(request.query.items())
+    check_known(params, allowed)
+    return params
+
+
+def flag(params: dict[str, list[str]], name: str, *, default: bool = False) -> bool:
+    values = params.get(name)
+    if not values:
+        return default
+    if len(values) > 1:
+        raise Invalid(f"{name}: may be given once", details={"parameter": name})
+    text = values[0].strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", ""):
+        return False
+    raise Invalid(f"{name}: expected true or false", details={"parameter": name})
+
+
+async def json_body(request: web.Request, *, required: bool = True) -> dict[str, Any]:
+    """The JSON object in the body (an empty body is ``{}`` when not required)."""
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        raise Invalid("the body is too large", details={"limit": MAX_BODY})
+    raw = await request.content.read(MAX_BODY + 1)
+    if len(raw) > MAX_BODY:
+        raise Invalid("the body is too large", details={"limit": MAX_BODY})
+    if not raw.strip():
+        if required:
+            raise Invalid("a JSON body is required", details={"parameter": "body"})
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise Invalid("the body is not valid JSON", details={"parameter": "body"}) from None
+    if not isinstance(body, dict):
+        raise Invalid("the body must be a JSON object", details={"parameter": "body"})
+    return body
+
+
+def text_field(body: dict[str, Any], name: str, *, max_length: int = 253) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not value.strip() or len(value) > max_length:
+        raise Invalid(
+            f"{name}: a non-empty string of at most {max_length} characters is required",
+            details={"parameter": name},
+        )
+    return value.strip()
+
+
+def string_map(body: dict[str, Any], name: str) -> dict[str, str]:
+    """An optional ``{name: value}`` object of strings (numbers and booleans as JSON text)."""
+    value = body.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Invalid(f"{name}: expected an object of strings", details={"parameter": name})
+    result: dict[str, str] = {}
+    for key, item in value.items():
+        if isinstance(item, bool):
+            result[key] = "true" if item else "false"
+        elif isinstance(item, int | float | str):
+            result[key] = str(item)
+        else:
+            raise Invalid(
+                f"{name}.{key}: expected a string, number or boolean",
+                details={"parameter": f"{name}.{key}"},
+            )
+        if not key or len(key) > 253 or len(result[key]) > 16 * 1024:
+            raise Invalid(f"{name}.{key}: name or value too long", details={"parameter": name})
+    return result

@@ -1,0 +1,1 @@
+"""``/workflows``: the run list, summary and detail (query building is in ``query``)."""

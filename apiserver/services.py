@@ -1,0 +1,56 @@
+"""What the handlers use, handed to the app factory as arguments (tests pass their own)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+import asyncpg
+from aiohttp import web
+from kubernetes_asyncio.client import ApiClient
+
+from apiserver.runs.pg_runs import RunReader
+
+
+class ClusterConnections(Protocol):
+    """An ApiClient per watched cluster id (``apiserver.clusters.connections``)."""
+
+    async def api(self, cluster_id: str) -> ApiClient: ...
+
+    async def invalidate(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    """An object being read from object storage: its metadata and a chunk iterator."""
+
+    content_type: str
+    length: int
+    chunks: AsyncIterator[bytes]
+
+
+class ObjectStore(Protocol):
+    """Read access to object storage (``apiserver.artifacts.s3_store``)."""
+
+    async def open(self, bucket: str, key: str) -> StoredObject: ...
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Services:
+    pool: asyncpg.Pool
+    runs: RunReader
+    connections: ClusterConnections
+    objects: ObjectStore | None
+    artifact_bucket: str | None
+    argo_data_server_url: str
+    clock: Callable[[], datetime] = utc_now
+    heartbeat_seconds: float = 15.0
+
+
+SERVICES = web.AppKey("services", Services)

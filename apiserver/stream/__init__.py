@@ -1,0 +1,1 @@
+"""``GET /workflows/stream``: one LISTEN connection per replica, fanned out in-process."""

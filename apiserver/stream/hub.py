@@ -1,0 +1,204 @@
+"""The in-process fan-out of run changes to this replica's SSE subscribers.
+
+One loop per replica holds the LISTEN connection (``ChangeSource.listening``), reads every
+committed change after its position from ``run_changes`` in seq order, encodes it once, and
+offers it to each subscriber whose scope and filters match. Queues are bounded: a subscriber
+that falls ``queue_size`` events behind is disconnected (it resumes from the change log with
+Last-Event-ID) rather than slowing anyone else. A lost connection is re-opened and the loop
+catches up from its position, so nothing is skipped; a poll every ``poll_seconds`` also covers
+a notification lost without the connection dropping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from apiserver.auth import Scope
+from apiserver.runs.query import RunFilters, matches, run_item
+from apiserver.stream.sse import frame
+from shared.errors import WorkflowManagerError
+from shared.logging import get_logger
+from shared.tasks import Backoff, Supervisor
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One committed change with the run as it is now (None when the row is gone)."""
+
+    seq: int
+    kind: str
+    cluster_id: str
+    namespace: str
+    name: str
+    tenant: str | None
+    phase: str
+    run: Mapping[str, Any] | None
+
+    @property
+    def fields(self) -> Mapping[str, Any]:
+        """What filters are matched against (the run's columns when the run still exists)."""
+        if self.run is not None:
+            return self.run
+        return {
+            "cluster_id": self.cluster_id,
+            "namespace": self.namespace,
+            "name": self.name,
+            "tenant": self.tenant,
+            "phase": self.phase,
+        }
+
+    def encode(self) -> bytes:
+        return frame(
+            event="run",
+            event_id=self.seq,
+            data={
+                "seq": self.seq,
+                "kind": self.kind,
+                "cluster_id": self.cluster_id,
+                "namespace": self.namespace,
+                "name": self.name,
+                "phase": self.run["phase"] if self.run is not None else self.phase,
+                "run": run_item(self.run) if self.run is not None else None,
+            },
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    seq: int
+    change: Change
+    frame: bytes
+
+
+class ChangeSource(Protocol):
+    async def latest(self) -> int: ...
+
+    async def oldest(self) -> int | None: ...
+
+    async def changes_after(self, seq: int, *, limit: int) -> list[Change]: ...
+
+    def listening(self, wake: asyncio.Event) -> AbstractAsyncContextManager[asyncio.Event]:
+        """Hold a LISTEN; set ``wake`` on every notification; yield an Event set when the
+        connection is lost."""
+        ...
+
+
+@dataclass(eq=False)
+class Subscriber:
+    filters: RunFilters
+    scope: Scope
+    start: int  # the hub's position when it subscribed: live events are after it
+    queue: asyncio.Queue[Encoded | None]
+    overflowed: bool = False
+    closed: bool = False
+
+    def wants(self, change: Change) -> bool:
+        return matches(self.filters, self.scope, change.fields)
+
+    def offer(self, item: Encoded) -> None:
+        if self.overflowed or self.closed:
+            return
+        try:
+            self.queue.put_nowait(item)
+        except asyncio.QueueFull:
+            self.overflowed = True
+
+    def close(self) -> None:
+        self.closed = True
+        with contextlib.suppress(asyncio.QueueFull):
+            self.queue.put_nowait(None)
+
+
+@dataclass(eq=False)
+class StreamHub:
+    source: ChangeSource
+    queue_size: int = 1000
+    poll_seconds: float = 5.0
+    batch: int = 500
+    position: int = 0
+    dispatched: int = 0
+    _subscribers: set[Subscriber] = field(default_factory=set)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _tasks: Supervisor | None = None
+    on_dispatch: Callable[[Change], None] | None = None
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Follow the change log from its newest change (found once PostgreSQL answers)."""
+        self._tasks = Supervisor(name="stream-hub")
+        self._tasks.spawn("stream-listen", self._follow, backoff=Backoff(initial=0.5, maximum=10))
+
+    async def stop(self) -> None:
+        self.close_subscribers()
+        if self._tasks is not None:
+            await self._tasks.shutdown(grace=5.0)
+            self._tasks = None
+
+    def close_subscribers(self) -> None:
+        for subscriber in list(self._subscribers):
+            subscriber.close()
+
+    # --- subscribers --------------------------------------------------------------------------
+    def subscribe(self, filters: RunFilters, scope: Scope) -> Subscriber:
+        """Register now (synchronously): every change after ``position`` will be offered."""
+        subscriber = Subscriber(filters, scope, self.position, asyncio.Queue(self.queue_size))
+        self._subscribers.add(subscriber)
+        return subscriber
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        self._subscribers.discard(subscriber)
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subscribers)
+
+    # --- following ----------------------------------------------------------------------------
+    async def _follow(self) -> None:
+        while True:
+            try:
+                if not self.started.is_set():
+                    self.position = await self.source.latest()
+                    self.started.set()
+                async with self.source.listening(self._wake) as lost:
+                    await self.catch_up()  # whatever committed while we were not listening
+                    while not lost.is_set():
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
+                        self._wake.clear()
+                        await self.catch_up()
+                log.warning("stream_listen_lost", position=self.position)
+            except WorkflowManagerError as exc:
+                log.warning("stream_listen_failed", error=exc.code, reason=exc.message)
+                await asyncio.sleep(1.0)
+
+    async def catch_up(self) -> None:
+        """Dispatch every change after ``position``, in seq order."""
+        while True:
+            changes = await self.source.changes_after(self.position, limit=self.batch)
+            for change in changes:
+                self.dispatch(change)
+            if len(changes) < self.batch:
+                return
+
+    def dispatch(self, change: Change) -> None:
+        """Offer one change to every matching subscriber (synchronous: no interleaving)."""
+        if change.seq <= self.position:
+            return
+        self.position = change.seq
+        self.dispatched += 1
+        encoded: Encoded | None = None
+        for subscriber in self._subscribers:
+            if subscriber.wants(change):
+                if encoded is None:
+                    encoded = Encoded(change.seq, change, change.encode())
+                subscriber.offer(encoded)
+        if self.on_dispatch is not None:
+            self.on_dispatch(change)

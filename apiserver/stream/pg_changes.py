@@ -1,0 +1,82 @@
+"""The change log in PostgreSQL: ``run_changes`` joined with the run as it is now, and the
+LISTEN connection on channel ``runs`` (the watcher NOTIFYs it with each commit's top seq)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+
+from apiserver.runs.query import LIST_COLUMNS
+from apiserver.stream.hub import Change
+from shared.config import Settings
+from shared.db.pool import connect, translate_db_errors
+
+RUNS_CHANNEL = "runs"
+
+CHANGES_SQL = f"""
+SELECT c.seq AS change_seq, c.kind AS change_kind, c.cluster_id AS change_cluster_id,
+       c.namespace AS change_namespace, c.name AS change_name, c.tenant AS change_tenant,
+       c.phase AS change_phase, r.*
+FROM run_changes AS c
+LEFT JOIN LATERAL (SELECT {LIST_COLUMNS} FROM runs WHERE runs.id = c.run_id) AS r ON true
+WHERE c.seq > $1
+ORDER BY c.seq
+LIMIT $2
+"""
+_CHANGE_PREFIX = "change_"
+
+
+def change_of(row: Any) -> Change:
+    run = None
+    if row["id"] is not None:
+        run = {key: value for key, value in row.items() if not key.startswith(_CHANGE_PREFIX)}
+    return Change(
+        seq=row["change_seq"],
+        kind=row["change_kind"],
+        cluster_id=row["change_cluster_id"],
+        namespace=row["change_namespace"],
+        name=row["change_name"],
+        tenant=row["change_tenant"],
+        phase=row["change_phase"],
+        run=run,
+    )
+
+
+class PgChangeSource:
+    def __init__(self, pool: asyncpg.Pool, *, dsn: Settings | str) -> None:
+        self._pool = pool
+        self._dsn = dsn
+
+    async def latest(self) -> int:
+        with translate_db_errors():
+            value = await self._pool.fetchval("SELECT coalesce(max(seq), 0) FROM run_changes")
+        return int(value)
+
+    async def oldest(self) -> int | None:
+        with translate_db_errors():
+            value = await self._pool.fetchval("SELECT min(seq) FROM run_changes")
+        return None if value is None else int(value)
+
+    async def changes_after(self, seq: int, *, limit: int) -> list[Change]:
+        with translate_db_errors():
+            rows = await self._pool.fetch(CHANGES_SQL, seq, limit)
+        return [change_of(row) for row in rows]
+
+    @contextlib.asynccontextmanager
+    async def listening(self, wake: asyncio.Event) -> AsyncIterator[asyncio.Event]:
+        conn = await connect(self._dsn, application_name="wm-apiserver-listen")
+        lost = asyncio.Event()
+        try:
+            conn.add_termination_listener(lambda _conn: lost.set())
+            with translate_db_errors():
+                await conn.add_listener(RUNS_CHANNEL, lambda *_: wake.set())
+            yield lost
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 2.0)
+            if not conn.is_closed():
+                conn.terminate()

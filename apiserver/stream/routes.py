@@ -1,0 +1,133 @@
+"""``GET /workflows/stream``: the live run changes a caller may see, as Server-Sent Events.
+
+Every event carries ``id: <seq>`` (the change log's sequence). A client reconnecting with
+``Last-Event-ID`` first receives the matching changes it missed, read from ``run_changes``,
+then live ones, with nothing skipped or repeated: the subscription is registered before the
+missed changes are read, and live events at or below what was already sent are dropped.
+A resume point older than the change log's retention gets a ``reset`` event (reload the list).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from aiohttp import web
+
+from apiserver.auth import Permission, identity_of
+from apiserver.params import query_params
+from apiserver.routing import API_PREFIX, Param, RouteSpec
+from apiserver.runs.query import FILTER_PARAMS, parse_filters
+from apiserver.runs.routes import FILTER_DOCS
+from apiserver.services import SERVICES
+from apiserver.stream.hub import StreamHub, Subscriber
+from apiserver.stream.sse import HEARTBEAT, frame, parse_last_event_id
+from shared.errors import WorkflowManagerError
+from shared.logging import get_logger
+
+log = get_logger(__name__)
+HUB = web.AppKey("stream_hub", StreamHub)
+LAST_EVENT_ID_PARAM = "last_event_id"
+BACKFILL_BATCH = 500
+
+
+async def _backfill(
+    response: web.StreamResponse, hub: StreamHub, subscriber: Subscriber, after: int
+) -> int:
+    """Send the matching changes in (after, subscriber.start]; return the last seq covered."""
+    oldest = await hub.source.oldest()
+    if oldest is not None and after + 1 < oldest:
+        await response.write(
+            frame(
+                event="reset",
+                event_id=subscriber.start,
+                data={"reason": "the resume point is older than the change log; reload"},
+            )
+        )
+        return subscriber.start
+    cursor = after
+    while cursor < subscriber.start:
+        changes = await hub.source.changes_after(cursor, limit=BACKFILL_BATCH)
+        for change in changes:
+            if change.seq > subscriber.start:
+                return subscriber.start
+            if subscriber.wants(change):
+                await response.write(change.encode())
+            cursor = change.seq
+        if len(changes) < BACKFILL_BATCH:
+            break
+    return subscriber.start
+
+
+async def stream(request: web.Request) -> web.StreamResponse:
+    services = request.app[SERVICES]
+    hub = request.app[HUB]
+    identity = identity_of(request)
+    params = query_params(request, FILTER_PARAMS | {LAST_EVENT_ID_PARAM})
+    filters = parse_filters(params)
+    last_id = parse_last_event_id(
+        request.headers.get("Last-Event-ID")
+        or next(iter(params.get(LAST_EVENT_ID_PARAM, [])), None)
+    )
+    scope = await services.runs.scope_of(identity)
+    subscriber = hub.subscribe(filters, scope)
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    try:
+        await response.prepare(request)
+        sent = subscriber.start
+        if last_id is not None and last_id < subscriber.start:
+            sent = await _backfill(response, hub, subscriber, last_id)
+        else:
+            sent = max(sent, last_id or 0)
+            await response.write(frame(event="ready", event_id=sent, data={"position": sent}))
+        while not (subscriber.closed or subscriber.overflowed):
+            try:
+                item = await asyncio.wait_for(subscriber.queue.get(), services.heartbeat_seconds)
+            except TimeoutError:
+                await response.write(HEARTBEAT)
+                # Grants may have changed: the next events follow the current ones.
+                subscriber.scope = await services.runs.scope_of(identity)
+                continue
+            if item is None:
+                break
+            if item.seq <= sent:
+                continue
+            await response.write(item.frame)
+            sent = item.seq
+        if subscriber.overflowed:
+            log.info("stream_subscriber_too_slow", sent=sent, position=hub.position)
+    except (ConnectionResetError, asyncio.CancelledError):
+        raise
+    except WorkflowManagerError as exc:
+        if not response.prepared:
+            raise
+        log.info("stream_ended_on_error", error=exc.code)
+    finally:
+        hub.unsubscribe(subscriber)
+    with contextlib.suppress(ConnectionResetError):
+        await response.write_eof()
+    return response
+
+
+ROUTES = (
+    RouteSpec(
+        "GET",
+        f"{API_PREFIX}/workflows/stream",
+        stream,
+        Permission.WORKFLOWS_READ,
+        "Live run changes (Server-Sent Events; resume with Last-Event-ID).",
+        "workflows",
+        query=(
+            *FILTER_DOCS,
+            Param(LAST_EVENT_ID_PARAM, "Resume after this event id (as the Last-Event-ID header)."),
+        ),
+        responses={200: "EventStream", 400: "Error"},
+        content_type="text/event-stream",
+    ),
+)

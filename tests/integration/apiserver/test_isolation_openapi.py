@@ -1,0 +1,115 @@
+"""Tenant isolation over every route, and the OpenAPI document matching the routes."""
+
+from __future__ import annotations
+
+import asyncio
+
+from apiserver.app import route_specs
+from apiserver.routing import API_PREFIX
+from tests.integration.apiserver.conftest import ADMIN, API_KEY, Api, headers, record
+from tests.integration.apiserver.sse import events
+
+ACME_RUN = "/api/v1/workflows/c1/kubeopera-data-acme/acme-run"
+EXPECTED: dict[tuple[str, str], tuple[str, int]] = {
+    # (method, route path) -> (the path tenant globex calls, the status it must get)
+    ("GET", "/api/v1/workflows"): ("/api/v1/workflows", 200),
+    ("GET", "/api/v1/workflows/summary"): ("/api/v1/workflows/summary", 200),
+    ("GET", "/api/v1/workflows/stream"): ("/api/v1/workflows/stream", 200),
+    ("GET", "/api/v1/workflows/{cluster}/{ns}/{name}"): (ACME_RUN, 404),
+    ("GET", "/api/v1/workflows/{cluster}/{ns}/{name}/logs/{node}"): (f"{ACME_RUN}/logs/n1", 404),
+    ("GET", "/api/v1/workflows/{cluster}/{ns}/{name}/artifacts/{node}/{artifact}"): (
+        f"{ACME_RUN}/artifacts/n1/out",
+        404,
+    ),
+    ("POST", "/api/v1/workflows/{cluster}/{ns}/{name}/stop"): (f"{ACME_RUN}/stop", 404),
+    ("POST", "/api/v1/workflows/{cluster}/{ns}/{name}/terminate"): (f"{ACME_RUN}/terminate", 404),
+    ("POST", "/api/v1/workflows/{cluster}/{ns}/{name}/retry"): (f"{ACME_RUN}/retry", 404),
+    ("POST", "/api/v1/workflow-templates/{cluster}/{ns}/{template}/submit"): (
+        "/api/v1/workflow-templates/c1/kubeopera-data-acme/etl/submit",
+        404,
+    ),
+    ("GET", "/api/v1/workflow-clusters"): ("/api/v1/workflow-clusters", 200),
+    ("GET", "/api/v1/access-grants"): ("/api/v1/access-grants", 403),
+    ("POST", "/api/v1/access-grants"): ("/api/v1/access-grants", 403),
+    ("DELETE", "/api/v1/access-grants"): ("/api/v1/access-grants?id=1", 403),
+    ("POST", "/internal/v1/clusters/refresh"): ("/internal/v1/clusters/refresh", 202),
+    ("GET", "/api/v1/openapi.json"): ("/api/v1/openapi.json", 200),
+}
+
+
+async def test_tenant_a_never_reaches_tenant_b(api: Api) -> None:
+    graph = {
+        "nodes": [
+            {
+                "id": "n1",
+                "name": "acme-run.step",
+                "type": "Pod",
+                "phase": "Succeeded",
+                "podName": "acme-run-step-1",
+                "outputs": {
+                    "artifacts": [
+                        {
+                            "name": "out",
+                            "location": {
+                                "kind": "s3",
+                                "bucket": "b",
+                                "key": "kubeopera-data-acme/acme-run/out.tgz",
+                            },
+                        }
+                    ]
+                },
+            }
+        ]
+    }
+    await api.write(record("acme-run", graph=graph, template="etl"))
+    routes = {(spec.method, spec.path) for spec in route_specs()}
+    assert routes == set(EXPECTED), "a route without an isolation expectation"
+    globex = headers("globex")
+    for (method, _), (path, status) in EXPECTED.items():
+        if path.endswith("/stream"):
+            async with api.client.get(path, headers=globex) as response:
+                assert response.status == 200
+                stream = events(response)
+                await anext(stream)  # ready
+                await api.write(record("acme-run-2"))
+                # The next event globex could see would be its own; acme's never arrives.
+                await api.write(record("globex-run", tenant="globex"))
+                event = await asyncio.wait_for(anext(stream), 5)
+                assert event.data["name"] == "globex-run"
+            continue
+        response = await api.client.request(method, path, headers=globex, json={})
+        assert response.status == status, (method, path, await response.text())
+        body = await response.text()
+        if status == 200 and not path.endswith("openapi.json"):
+            assert "acme-run" not in body, (method, path)
+        if status == 404:
+            # Indistinguishable from a run that does not exist at all (the answer only echoes
+            # the name asked for).
+            missing = path.replace("acme-run", "no-such-run")
+            other = await api.client.request(method, missing, headers=globex, json={})
+            assert other.status == 404
+            assert (await other.text()).replace("no-such-run", "acme-run") == body
+
+
+async def test_openapi_matches_the_routes(api: Api) -> None:
+    status, doc = await api.get("/api/v1/openapi.json", as_={"X-API-Key": API_KEY})
+    assert status == 200
+    assert doc["openapi"].startswith("3.")
+    documented = {(method.upper(), path) for path, ops in doc["paths"].items() for method in ops}
+    served = {
+        (route.method, route.resource.canonical)
+        for route in api.client.server.app.router.routes()
+        if route.method != "HEAD" and route.resource is not None
+    }
+    assert documented == served
+    for path, ops in doc["paths"].items():
+        for op in ops.values():
+            placeholders = {p["name"] for p in op["parameters"] if p["in"] == "path"}
+            assert placeholders == set(__import__("re").findall(r"{([^}]+)}", path))
+            for response in op["responses"].values():
+                for media in response.get("content", {}).values():
+                    ref = media["schema"]["$ref"].rsplit("/", 1)[-1]
+                    assert ref in doc["components"]["schemas"]
+    assert any(p.startswith(API_PREFIX) for p in doc["paths"])
+    status, _ = await api.get("/api/v1/openapi.json", as_=ADMIN)
+    assert status == 200
