@@ -11,7 +11,7 @@ import sys
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BeforeValidator, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from shared.errors import ConfigError
 
@@ -37,8 +37,9 @@ def _split_csv(value: Any) -> Any:
 
 
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
-CsvInts = Annotated[list[int], BeforeValidator(_split_csv)]
-CsvStrs = Annotated[list[str], BeforeValidator(_split_csv)]
+# NoDecode: a comma-separated env value is ours to split, not JSON for pydantic-settings.
+CsvInts = Annotated[list[int], NoDecode, BeforeValidator(_split_csv)]
+CsvStrs = Annotated[list[str], NoDecode, BeforeValidator(_split_csv)]
 
 
 class Settings(BaseSettings):
@@ -131,6 +132,9 @@ def load_settings(cls: type[S] = Settings, **overrides: Any) -> S:  # type: igno
     """Read settings from the environment; raise ConfigError naming each bad variable."""
     try:
         return cls(**overrides)
+    except SettingsError as exc:  # a value the environment source itself could not read
+        named = re.search(r'field "([^"]+)"', str(exc))
+        raise ConfigError(f"{named.group(1) if named else 'settings'}: cannot be parsed") from exc
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
