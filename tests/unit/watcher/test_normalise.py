@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import gzip
 import json
+import marshal
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 
 from shared.errors import Invalid
 from shared.runs import ClusterRef, RunPhase, RunRecord, RunSource
+from watcher import graph
 from watcher.normalise import (
     MAX_GRAPH_BYTES,
     MAX_MESSAGE_BYTES,
@@ -1400,3 +1402,97 @@ def test_graph_bounds_hold_for_any_nodes(
     if record.graph_truncated:
         for node in kept:
             assert set(node.get("children", [])) <= ids
+
+
+# --- the fast paths give what the slow paths give (watcher.graph) ------------------------------
+
+any_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=30)
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=any_text | st.sampled_from(["", "\x00", "a\x00b", "\ud800", "é\x00", "plain-ascii"]))
+def test_clean_ascii_fast_path_matches_cleaning(value: str) -> None:
+    assert graph.text(value) == (graph.clean(value) or None)
+    assert graph.scalar_text(value) == graph.clean(value)
+
+
+whole_second_timestamps = st.builds(
+    "{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}Z".format,
+    st.integers(0, 9999),
+    st.integers(0, 13),
+    st.integers(0, 32),
+    st.integers(0, 25),
+    st.integers(0, 61),
+    st.integers(0, 61),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=whole_second_timestamps | st.text(max_size=36) | st.just("2025-03-14T06:00:03z"))
+def test_timestamp_fast_path_matches_parsing(value: str) -> None:
+    parsed = parse_timestamp(value)
+    expected = parsed.isoformat().replace("+00:00", "Z") if parsed is not None else None
+    assert graph.timestamp_text(value) == expected
+
+
+@pytest.mark.parametrize("value", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_timestamps_outside_the_datetime_range_in_utc_read_as_absent(value: str) -> None:
+    assert parse_timestamp(value) is None
+    document = load("running_dag_artifacts")
+    document["status"]["startedAt"] = value
+    assert normalise(document, CLUSTER).started_at is None
+
+
+def reference_fnv32a(text: str) -> int:
+    value = 0x811C9DC5
+    for byte in text.encode("utf-8", errors="surrogatepass"):
+        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return value
+
+
+@settings(max_examples=300, deadline=None)
+@given(workflow=any_text.filter(bool), rest=any_text, template=st.sampled_from([None, "step"]))
+def test_pod_name_hashing_after_the_workflow_name_matches_hashing_it_all(
+    workflow: str, rest: str, template: str | None
+) -> None:
+    node_name = workflow + rest
+    named = pod_name(
+        workflow_name=workflow,
+        node_id="id",
+        node_name=node_name,
+        node_type="Pod",
+        template_name=template,
+        name_format=None,
+    )
+    if node_name == workflow:
+        assert named == workflow
+    else:
+        prefix = f"{workflow}-{template}" if template else workflow
+        assert named == f"{prefix[:242]}-{reference_fnv32a(node_name)}"
+
+
+json_trees = st.recursive(
+    st.none() | st.booleans() | st.integers() | any_text,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(any_text, inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=json_trees, shared=any_text)
+def test_marshal_size_bounds_the_compact_json_size(value: object, shared: str) -> None:
+    # The graph is only serialised when six times its marshal size exceeds the byte budget.
+    for candidate in (value, [shared] * 20, {"a": [shared, shared], "b": shared}):
+        compact = json.dumps(candidate, separators=(",", ":"))
+        assert len(compact) <= 6 * len(marshal.dumps(candidate, 2))
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_byte_budget_is_exact_at_the_boundary(name: str) -> None:
+    document = load(name)
+    whole = normalise(document, CLUSTER, max_graph_bytes=10_000_000)
+    size = len(json.dumps(whole.graph, separators=(",", ":")))
+    # The budget counts a comma after every node, the last one too: one byte of slack.
+    assert normalise(document, CLUSTER, max_graph_bytes=size + 1) == whole
+    if whole.node_count:
+        assert normalise(document, CLUSTER, max_graph_bytes=size - 1).graph_truncated
