@@ -1,1 +1,1 @@
-"""Code every workflow-manager deployable shares: settings, logging, errors, database, Kubernetes."""
+"""Code every workflow-manager deployable shares: settings, logging, errors, database, k8s."""

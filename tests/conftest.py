@@ -15,6 +15,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+import pytest_asyncio
 
 ADMIN_DSN = os.environ.get("WM_TEST_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("WM_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -28,7 +29,7 @@ def dsn_for(database: str) -> str:
     return f"{base}/{database}"
 
 
-@pytest.fixture(scope="session")
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def database_url() -> AsyncIterator[str]:
     """A database created for this test run, migrated once, dropped at the end."""
     from shared.db.migrations import apply_migrations

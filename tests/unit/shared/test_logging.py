@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
+import structlog
 
 from shared import logging
+
+
+@pytest.fixture(autouse=True)
+def restore_structlog() -> Iterator[None]:
+    """configure() is process-wide; hand the next tests the defaults back."""
+    yield
+    structlog.reset_defaults()
+    structlog.contextvars.clear_contextvars()
 
 
 def test_json_lines_carry_context_and_redact_secrets(capsys: pytest.CaptureFixture[str]) -> None:
