@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from shared.errors import Invalid
 from shared.clusters import (
     RegistryEntry,
     parse_registry,
     plan_targets,
     provisional_host_id,
 )
+from shared.errors import Invalid
 
 KC = "apiVersion: v1\nkind: Config\n"
 
