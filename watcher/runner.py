@@ -39,6 +39,8 @@ from watcher.pg_store import RunStore
 from watcher.writing import RunWriter
 
 REFRESH_CHANNEL = "cluster_refresh"
+RETENTION_PERIOD = 600.0  # seconds between retention passes
+CHANGE_LOG_WINDOW = timedelta(days=1)  # how far back an SSE client can resume
 LEASE_PREFIX = "wm-watcher"
 log = get_logger(__name__)
 
@@ -100,22 +102,28 @@ class Watcher:
                 with contextlib.suppress(Exception):
                     await conn.close(timeout=2)
 
+    async def retention_pass(self, *, now: datetime | None = None) -> int:
+        """Delete finished runs past retention, a small batch at a time, and change-log rows
+        older than the SSE resume window. Returns the runs deleted."""
+        now = now or datetime.now(UTC)
+        cutoff = now - timedelta(days=self.settings.RUN_RETENTION_DAYS)
+        total = 0
+        while deleted := await self.runs.prune_finished(older_than=cutoff):
+            total += deleted
+            await asyncio.sleep(0.1)  # let other writers through between batches
+        while await self.runs.prune_changes(older_than=now - CHANGE_LOG_WINDOW):
+            await asyncio.sleep(0.1)
+        if total:
+            log.info("runs_pruned", count=total, finished_before=cutoff.isoformat())
+        return total
+
     async def retention_loop(self) -> None:
-        """Delete finished runs past retention, a small batch at a time, and old changes."""
         while True:
-            now = datetime.now(UTC)
-            cutoff = now - timedelta(days=self.settings.RUN_RETENTION_DAYS)
             try:
-                deleted = 1
-                while deleted:
-                    deleted = await self.runs.prune_finished(older_than=cutoff)
-                    if deleted:
-                        log.info("runs_pruned", count=deleted)
-                        await asyncio.sleep(0.1)  # let other writers through
-                await self.runs.prune_changes(older_than=now - timedelta(days=1))
+                await self.retention_pass()
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.warning("retention_failed", error=type(exc).__name__)
-            await asyncio.sleep(600)
+            await asyncio.sleep(RETENTION_PERIOD)
 
     async def status_loop(self) -> None:
         while True:

@@ -2,11 +2,14 @@
 
 One loop per replica holds the LISTEN connection (``ChangeSource.listening``), reads every
 committed change after its position from ``run_changes`` in seq order, encodes it once, and
-offers it to each subscriber whose scope and filters match. Queues are bounded: a subscriber
-that falls ``queue_size`` events behind is disconnected (it resumes from the change log with
-Last-Event-ID) rather than slowing anyone else. A lost connection is re-opened and the loop
-catches up from its position, so nothing is skipped; a poll every ``poll_seconds`` also covers
-a notification lost without the connection dropping.
+offers it to each subscriber whose scope and filters match, matching once per group of
+subscribers with the same scope and filters (``fanout.Routing``). The last ``history``
+changes stay in memory: a client reconnecting with a Last-Event-ID they cover is answered
+without reading the change log, so a reconnect storm does not hold up everyone's live events.
+Queues are bounded: a subscriber that falls ``queue_size`` events behind is disconnected (it
+resumes with Last-Event-ID) rather than slowing anyone else. A lost connection is re-opened
+and the loop catches up from its position, so nothing is skipped; a poll every
+``poll_seconds`` also covers a notification lost without the connection dropping.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Any, Protocol
 
 from apiserver.auth import Scope
 from apiserver.runs.query import RunFilters, matches, run_item
+from apiserver.stream.fanout import Recent, Routing, narrow_tenant
+from apiserver.stream.scopes import ScopeCache
 from apiserver.stream.sse import frame
 from shared.errors import WorkflowManagerError
 from shared.logging import get_logger
@@ -75,6 +80,13 @@ class Encoded:
     seq: int
     change: Change
     frame: bytes
+    tenant: str | None  # the run's, as filters see it (a cheap first test when resuming)
+
+    @classmethod
+    def of(cls, change: Change) -> Encoded:
+        """The change with its SSE frame, encoded once for every subscriber."""
+        tenant = change.fields.get("tenant")
+        return cls(change.seq, change, change.encode(), tenant if isinstance(tenant, str) else None)
 
 
 class ChangeSource(Protocol):
@@ -93,11 +105,14 @@ class ChangeSource(Protocol):
 @dataclass(eq=False)
 class Subscriber:
     filters: RunFilters
-    scope: Scope
+    scope: Scope  # changed through StreamHub.rescope only (it is the subscriber's group)
     start: int  # the hub's position when it subscribed: live events are after it
     queue: asyncio.Queue[Encoded | None]
     overflowed: bool = False
     closed: bool = False
+    # The changes it missed, from the hub's memory (subscribe(resume_after=...)); None when the
+    # hub no longer holds all of them and they are read from the change log.
+    missed: list[Encoded] | None = None
 
     def wants(self, change: Change) -> bool:
         return matches(self.filters, self.scope, change.fields)
@@ -122,13 +137,19 @@ class StreamHub:
     queue_size: int = 1000
     poll_seconds: float = 5.0
     batch: int = 500
+    history: int = 5000
     position: int = 0
     dispatched: int = 0
-    _subscribers: set[Subscriber] = field(default_factory=set)
+    scopes: ScopeCache = field(default_factory=ScopeCache)
+    _routing: Routing[Subscriber] = field(default_factory=Routing)
+    _recent: Recent[Encoded] = field(init=False)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: Supervisor | None = None
     on_dispatch: Callable[[Change], None] | None = None
     started: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self._recent = Recent(self.history, after=self.position)
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -143,22 +164,47 @@ class StreamHub:
             self._tasks = None
 
     def close_subscribers(self) -> None:
-        for subscriber in list(self._subscribers):
+        for subscriber in self._routing.members():
             subscriber.close()
 
     # --- subscribers --------------------------------------------------------------------------
-    def subscribe(self, filters: RunFilters, scope: Scope) -> Subscriber:
-        """Register now (synchronously): every change after ``position`` will be offered."""
+    def subscribe(
+        self, filters: RunFilters, scope: Scope, *, resume_after: int | None = None
+    ) -> Subscriber:
+        """Register now (synchronously): every change after ``position`` will be offered.
+
+        With ``resume_after`` below ``position``, ``missed`` holds the matching changes in
+        between when the hub still has them all (else None: read them from the change log)."""
         subscriber = Subscriber(filters, scope, self.position, asyncio.Queue(self.queue_size))
-        self._subscribers.add(subscriber)
+        self._routing.add(subscriber, scope, filters)
+        if resume_after is not None and resume_after < subscriber.start:
+            held = self._recent.since(resume_after, subscriber.start)
+            if held is not None:
+                confined = narrow_tenant(scope)
+                if confined is not None:  # the cheap test first: hundreds of changes to skip
+                    held = [item for item in held if item.tenant == confined]
+                subscriber.missed = [item for item in held if subscriber.wants(item.change)]
         return subscriber
 
+    def rescope(self, subscriber: Subscriber, scope: Scope) -> None:
+        """The subscriber's scope changed (its grants did): the next changes follow the new one."""
+        if scope == subscriber.scope:
+            return
+        if self._routing.remove(subscriber, subscriber.scope, subscriber.filters):
+            self._routing.add(subscriber, scope, subscriber.filters)
+        subscriber.scope = scope
+
     def unsubscribe(self, subscriber: Subscriber) -> None:
-        self._subscribers.discard(subscriber)
+        self._routing.remove(subscriber, subscriber.scope, subscriber.filters)
 
     @property
     def subscriber_count(self) -> int:
-        return len(self._subscribers)
+        return len(self._routing)
+
+    @property
+    def group_count(self) -> int:
+        """How many distinct (scope, filters) the subscribers have: matches per change."""
+        return self._routing.group_count
 
     # --- following ----------------------------------------------------------------------------
     async def _follow(self) -> None:
@@ -166,6 +212,7 @@ class StreamHub:
             try:
                 if not self.started.is_set():
                     self.position = await self.source.latest()
+                    self._recent.reset(self.position)
                     self.started.set()
                 async with self.source.listening(self._wake) as lost:
                     await self.catch_up()  # whatever committed while we were not listening
@@ -194,11 +241,9 @@ class StreamHub:
             return
         self.position = change.seq
         self.dispatched += 1
-        encoded: Encoded | None = None
-        for subscriber in self._subscribers:
-            if subscriber.wants(change):
-                if encoded is None:
-                    encoded = Encoded(change.seq, change, change.encode())
-                subscriber.offer(encoded)
+        encoded = Encoded.of(change)
+        self._recent.append(encoded)
+        for subscriber in self._routing.recipients(change.fields):
+            subscriber.offer(encoded)
         if self.on_dispatch is not None:
             self.on_dispatch(change)

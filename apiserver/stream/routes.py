@@ -3,8 +3,13 @@
 Every event carries ``id: <seq>`` (the change log's sequence). A client reconnecting with
 ``Last-Event-ID`` first receives the matching changes it missed, read from ``run_changes``,
 then live ones, with nothing skipped or repeated: the subscription is registered before the
-missed changes are read, and live events at or below what was already sent are dropped.
-A resume point older than the change log's retention gets a ``reset`` event (reload the list).
+missed changes are read (from the hub's memory when it still holds them all, else from the
+log), and live events at or below what was already sent are dropped. A resume point older
+than the change log's retention gets a ``reset`` event (reload the list).
+
+Whatever is queued for a stream goes out in one write. A stream silent for
+``heartbeat_seconds`` gets a heartbeat, and every ``heartbeat_seconds``, busy or idle, its
+grants are re-read (shared by the tenant's streams, see ``scopes.ScopeCache``).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from apiserver.routing import API_PREFIX, Param, RouteSpec
 from apiserver.runs.query import FILTER_PARAMS, parse_filters
 from apiserver.runs.routes import FILTER_DOCS
 from apiserver.services import SERVICES
-from apiserver.stream.hub import StreamHub, Subscriber
+from apiserver.stream.hub import Encoded, StreamHub, Subscriber
 from apiserver.stream.sse import HEARTBEAT, frame, parse_last_event_id
 from shared.errors import WorkflowManagerError
 from shared.logging import get_logger
@@ -34,7 +39,8 @@ BACKFILL_BATCH = 500
 async def _backfill(
     response: web.StreamResponse, hub: StreamHub, subscriber: Subscriber, after: int
 ) -> int:
-    """Send the matching changes in (after, subscriber.start]; return the last seq covered."""
+    """Send the matching changes in (after, subscriber.start], from the hub's memory when it
+    held them all at subscription, else from the change log; return the last seq covered."""
     oldest = await hub.source.oldest()
     if oldest is not None and after + 1 < oldest:
         await response.write(
@@ -44,6 +50,10 @@ async def _backfill(
                 data={"reason": "the resume point is older than the change log; reload"},
             )
         )
+        return subscriber.start
+    if subscriber.missed is not None:
+        await response.write(b"".join(item.frame for item in subscriber.missed))
+        subscriber.missed = None
         return subscriber.start
     cursor = after
     while cursor < subscriber.start:
@@ -59,6 +69,19 @@ async def _backfill(
     return subscriber.start
 
 
+def _drain(subscriber: Subscriber, item: Encoded | None, sent: int) -> tuple[bytes, int, bool]:
+    """``item`` and whatever else is queued, as one write: (frames, last seq sent, ended)."""
+    frames: list[bytes] = []
+    while item is not None:
+        if item.seq > sent:
+            frames.append(item.frame)
+            sent = item.seq
+        if subscriber.queue.empty():
+            return b"".join(frames), sent, False
+        item = subscriber.queue.get_nowait()
+    return b"".join(frames), sent, True
+
+
 async def stream(request: web.Request) -> web.StreamResponse:
     services = request.app[SERVICES]
     hub = request.app[HUB]
@@ -69,8 +92,8 @@ async def stream(request: web.Request) -> web.StreamResponse:
         request.headers.get("Last-Event-ID")
         or next(iter(params.get(LAST_EVENT_ID_PARAM, [])), None)
     )
-    scope = await services.runs.scope_of(identity)
-    subscriber = hub.subscribe(filters, scope)
+    scope = await hub.scopes.scope_of(identity, services.runs.scope_of)
+    subscriber = hub.subscribe(filters, scope, resume_after=last_id)
     response = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",
@@ -78,6 +101,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
             "X-Accel-Buffering": "no",
         }
     )
+    loop = asyncio.get_running_loop()
     try:
         await response.prepare(request)
         sent = subscriber.start
@@ -86,24 +110,33 @@ async def stream(request: web.Request) -> web.StreamResponse:
         else:
             sent = max(sent, last_id or 0)
             await response.write(frame(event="ready", event_id=sent, data={"position": sent}))
+        every = services.heartbeat_seconds
+        written_at = loop.time()
+        refresh_at = written_at + every
         while not (subscriber.closed or subscriber.overflowed):
+            wake = min(refresh_at, written_at + every)
             try:
-                item = await asyncio.wait_for(subscriber.queue.get(), services.heartbeat_seconds)
+                item = await asyncio.wait_for(subscriber.queue.get(), max(0.0, wake - loop.time()))
             except TimeoutError:
-                await response.write(HEARTBEAT)
-                # Grants may have changed: the next events follow the current ones.
-                subscriber.scope = await services.runs.scope_of(identity)
+                now = loop.time()
+                if now >= written_at + every:  # proxies close streams that stay silent
+                    await response.write(HEARTBEAT)
+                    written_at = now
+                if now >= refresh_at:  # grants may have changed: the next events follow them
+                    scope = await hub.scopes.scope_of(identity, services.runs.scope_of)
+                    hub.rescope(subscriber, scope)
+                    refresh_at = now + every
                 continue
-            if item is None:
+            frames, sent, ended = _drain(subscriber, item, sent)
+            if frames:
+                await response.write(frames)
+                written_at = loop.time()
+            if ended:
                 break
-            if item.seq <= sent:
-                continue
-            await response.write(item.frame)
-            sent = item.seq
         if subscriber.overflowed:
             log.info("stream_subscriber_too_slow", sent=sent, position=hub.position)
-    except (ConnectionResetError, asyncio.CancelledError):
-        raise
+    except ConnectionResetError:
+        pass  # the client went away (it may be reconnecting): nothing left to answer
     except WorkflowManagerError as exc:
         if not response.prepared:
             raise
