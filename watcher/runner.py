@@ -111,7 +111,9 @@ class Watcher:
         while deleted := await self.runs.prune_finished(older_than=cutoff):
             total += deleted
             await asyncio.sleep(0.1)  # let other writers through between batches
-        while await self.runs.prune_changes(older_than=now - CHANGE_LOG_WINDOW):
+        while True:  # small batches, paced, so no lock is held for long
+            if not await self.runs.prune_changes(older_than=now - CHANGE_LOG_WINDOW):
+                break
             await asyncio.sleep(0.1)
         if total:
             log.info("runs_pruned", count=total, finished_before=cutoff.isoformat())
