@@ -4,8 +4,8 @@ storage, the stream hub and the HTTP application on HTTP_PORT, with the health s
 from __future__ import annotations
 
 import asyncio
-import gc
 import contextlib
+import gc
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
