@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -133,12 +132,6 @@ class RunningWatcher:
     async def halt(self) -> ServiceResult:
         self.stop.set()
         return await asyncio.wait_for(self.task, 15)
-
-    async def crash(self) -> None:
-        """Die without releasing anything (a killed pod)."""
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
 
 
 @pytest.fixture

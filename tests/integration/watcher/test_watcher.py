@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -187,20 +190,52 @@ async def test_host_adopts_its_registered_identity_with_its_history(
 
 
 async def test_leader_killed_mid_stream_other_replica_takes_over(
-    world: World, start_watcher: StartWatcher, db: asyncpg.Pool
+    world: World,
+    start_watcher: StartWatcher,
+    db: asyncpg.Pool,
+    database_url: str,
+    tmp_path: Path,
 ) -> None:
-    first = await start_watcher("replica-a")
-    second = await start_watcher("replica-b", informing=None)
+    """Replica A is a real process, SIGKILLed while runs stream in: it releases nothing, its
+    Leases must expire, and replica B then informs on every cluster; nothing is lost."""
+    kubeconfig = tmp_path / "host.kubeconfig"
+    kubeconfig.write_text(world.host.kubeconfig)
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "HOST_KUBECONFIG": str(kubeconfig),
+        "KUBEOPERA_API_BASE_URL": world.registry_url,
+        "KUBEOPERA_API_INTERNAL_KEY": world.registry_key,
+        "POD_NAME": "replica-a",
+        "LEASE_DURATION": "2",
+        "LEASE_RENEW_PERIOD": "0.5",
+        "HEALTH_PORT": "0",
+        "LOG_LEVEL": "warning",
+    }
+    replica_a = await asyncio.create_subprocess_exec(sys.executable, "-m", "watcher", env=env)
+    try:
 
-    async def all_clusters_held() -> bool:
-        held = sum(len(p.fleet.informers) for r in (first, second) for p in r.parts)
-        return held == 2
+        async def a_holds_every_cluster() -> bool:
+            return cluster_leases(world).count("replica-a") == len(world.clusters)
 
-    await eventually(all_clusters_held, what="both clusters informed on")
-    stream = asyncio.create_task(_stream_of_runs(world, count=15, prefix="mid"))
-    await asyncio.sleep(0.5)
-    await first.crash()  # killed: no release, its leases must expire
-    await stream
+        await eventually(a_holds_every_cluster, within=30, what="replica A leading every cluster")
+        second = await start_watcher("replica-b", informing=None)
+        stream = asyncio.create_task(_stream_of_runs(world, count=15, prefix="mid"))
+        await asyncio.sleep(0.5)
+        assert "replica-a" in cluster_leases(world)  # killed while leading: leases must expire
+        replica_a.kill()  # SIGKILL: no release, no goodbye
+        await replica_a.wait()
+        await stream
+    finally:
+        if replica_a.returncode is None:
+            replica_a.kill()
+            await replica_a.wait()
+
+    async def b_informs_on_every_cluster() -> bool:
+        return second.informing() == len(world.clusters)
+
+    await eventually(b_informs_on_every_cluster, within=30, what="replica B took every cluster")
+    assert cluster_leases(world).count("replica-b") == len(world.clusters)
 
     async def converged() -> bool:
         for cluster in world.clusters:
@@ -214,11 +249,22 @@ async def test_leader_killed_mid_stream_other_replica_takes_over(
         return all(
             phase in ("Succeeded", "Failed")
             for cluster in world.clusters
-            for _, phase in (cluster_state(cluster.store)).values()
+            for _, phase in cluster_state(cluster.store).values()
         )
 
     await eventually(converged, within=40, what="PostgreSQL equal to every cluster")
-    assert sum(len(p.fleet.informers) for p in second.parts) == 2
+
+
+def cluster_leases(world: World) -> list[str]:
+    """Holders of the per-cluster watcher Leases on the host."""
+    store = world.host.store
+    leases, _ = store.list(store.resolve("coordination.k8s.io", "v1", "leases"), "workflow-manager")
+    return [
+        (lease.get("spec") or {}).get("holderIdentity") or ""
+        for lease in leases
+        if (lease.get("metadata", {}).get("labels") or {}).get("workflow-manager.io/lease-role")
+        == "shard"
+    ]
 
 
 async def test_postgresql_outage_during_ingest_loses_nothing(
