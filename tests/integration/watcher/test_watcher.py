@@ -371,3 +371,31 @@ async def test_relist_after_410_loses_nothing_and_invents_nothing(
     deletions = {(k[2], k[3]) for k, v in batch.items() if isinstance(v, Deleted)}
     assert updates == present  # nothing lost, nothing invented
     assert deletions == {("wf-3", "uid-of-deleted"), ("ghost", "uid-of-ghost")}
+
+
+async def test_metrics_follow_ingest(
+    world: World, start_watcher: StartWatcher, db: asyncpg.Pool
+) -> None:
+    from prometheus_client import REGISTRY
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    await start_watcher()
+    cluster_id = world.clusters[1].id
+    events_before = sample("wm_watcher_events_total", cluster=cluster_id, type="ADDED")
+    lag_before = sample("wm_watcher_lag_seconds_count")
+    commits_before = sample("wm_watcher_upsert_seconds_count")
+    submit(world.clusters[1].store, "argo", dag_workflow("measured", ticks=1))
+
+    async def done() -> bool:
+        return await db.fetchval("SELECT phase FROM runs WHERE name = 'measured'") == "Succeeded"
+
+    await eventually(done, what="run finished")
+    assert sample("wm_watcher_events_total", cluster=cluster_id, type="ADDED") > events_before
+    assert sample("wm_watcher_events_total", cluster=cluster_id, type="MODIFIED") > 0
+    assert sample("wm_watcher_lag_seconds_count") > lag_before
+    assert sample("wm_watcher_upsert_seconds_count") > commits_before
+    assert sample("wm_watcher_relists_total", cluster=cluster_id) >= 1
+    assert sample("wm_watcher_clusters_watched") == 2
+    assert sample("wm_watcher_queue_depth") >= 0
