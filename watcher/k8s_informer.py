@@ -94,6 +94,11 @@ class WorkflowInformer:
         self._wall_clock = wall_clock
         self.state = InformerState(known=dict(known or {}))
         self._labels = {"cluster": cluster.id}
+        # Labelled children resolved once: .labels() per event costs more than the event.
+        self._event_counters = {
+            kind: metrics.EVENTS.labels(cluster=cluster.id, type=kind)
+            for kind in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
+        }
 
     async def run(self) -> None:
         """List and watch until cancelled; transient failures back off and retry."""
@@ -177,7 +182,9 @@ class WorkflowInformer:
                 raise Expired(obj.get("message", "resourceVersion expired"))
             raise ApiException(status=obj.get("code", 500), reason=obj.get("message"))
         rv = (obj.get("metadata") or {}).get("resourceVersion")
-        metrics.EVENTS.labels(cluster=self.cluster.id, type=str(kind)).inc()
+        counter = self._event_counters.get(str(kind))
+        if counter is not None:
+            counter.inc()
         if kind == "BOOKMARK":
             self.state.resource_version = rv or self.state.resource_version
             return
