@@ -39,11 +39,12 @@ def log(message: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-async def ensure_database() -> str:
+async def fresh_database() -> str:
+    """The demo starts from an empty database every time (its clusters are new too)."""
     admin = await asyncpg.connect(ADMIN_DSN)
     try:
-        if not await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", DATABASE):
-            await admin.execute(f'CREATE DATABASE "{DATABASE}"')
+        await admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{DATABASE}"')
     finally:
         await admin.close()
     return ADMIN_DSN.rpartition("/")[0] + "/" + DATABASE
@@ -65,58 +66,105 @@ async def wait_for_world(sim: subprocess.Popen[bytes]) -> dict[str, object]:
     return world
 
 
-async def feed(url: str) -> None:
-    """Print each committed run change, and a summary every 15 s."""
-    conn = await asyncpg.connect(url, server_settings={"search_path": "workflow_manager"})
-    woke = asyncio.Event()
-    await conn.add_listener("runs", lambda *_: woke.set())
-    last = await conn.fetchval("SELECT coalesce(max(seq), 0) FROM run_changes")
+API = "http://127.0.0.1:8120"
+ADMIN_HEADERS = {
+    "X-API-Key": API_KEY,
+    "X-Kubeopera-Admin": "true",
+    "X-Kubeopera-Actor": "demo",
+}
+
+
+async def feed() -> None:
+    """Follow the apiserver's live stream (SSE) as an administrator, print each run state once,
+    and the API's summary every 15 s. Reconnects resume with Last-Event-ID."""
+    import aiohttp
+
     shown: dict[tuple[str, str, str], tuple[str, str]] = {}  # what was last printed per run
+    names: dict[str, str] = {}  # cluster id → name, from GET /workflow-clusters
+    last_id: str | None = None
     next_summary = time.monotonic() + 15
-    while True:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(woke.wait(), timeout=1.0)
-        woke.clear()
-        rows = await conn.fetch(
-            """
-            SELECT c.seq, c.kind, c.phase, c.namespace, c.name, cl.name AS cluster,
-                   r.progress_done, r.progress_total
-            FROM run_changes c JOIN runs r ON r.id = c.run_id
-            LEFT JOIN clusters cl ON cl.id = c.cluster_id
-            WHERE c.seq > $1 ORDER BY c.seq LIMIT 200
-            """,
-            last,
-        )
-        for row in rows:
-            last = row["seq"]
-            progress = (
-                f"{row['progress_done']}/{row['progress_total']}" if row["progress_total"] else "-"
-            )
-            run = (str(row["cluster"]), row["namespace"], row["name"])
-            if row["kind"] != "deleted" and shown.get(run) == (row["phase"], progress):
-                continue  # several commits between two looks: print the state once
-            shown[run] = (row["phase"], progress)
-            gone = "  (deleted from its cluster, history kept)" if row["kind"] == "deleted" else ""
-            print(
-                f"  #{row['seq']:<6} {row['cluster']:<10} {row['namespace']:<24} "
-                f"{row['name']:<34} {row['phase']:<10} {progress}{gone}",
-                flush=True,
-            )
-        if time.monotonic() > next_summary:
-            next_summary = time.monotonic() + 15
-            counts = await conn.fetch(
-                "SELECT cl.name AS cluster, r.phase, count(*) AS n FROM runs r "
-                "JOIN clusters cl ON cl.id = r.cluster_id GROUP BY 1, 2 ORDER BY 1, 2"
-            )
-            summary = ", ".join(f"{r['cluster']}/{r['phase']}={r['n']}" for r in counts)
-            log(f"runs in PostgreSQL: {summary}")
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(sock_read=30)) as http:
+        while True:
+            headers = dict(ADMIN_HEADERS)
+            if last_id:
+                headers["Last-Event-ID"] = last_id
+            try:
+                async with http.get(f"{API}/api/v1/workflows/stream", headers=headers) as stream:
+                    if stream.status != 200:
+                        await asyncio.sleep(1)
+                        continue
+                    data, kind = "", "message"
+                    async for raw in stream.content:
+                        line = raw.decode().rstrip("\n")
+                        if line.startswith("event:"):
+                            kind = line[6:].strip()
+                        elif line.startswith("id:"):
+                            last_id = line[3:].strip()
+                        elif line.startswith("data:"):
+                            data += line[5:].strip()
+                        elif not line and data and kind != "run":
+                            data, kind = "", "message"  # hello, heartbeat, reset: not a run
+                        elif not line and data:
+                            event = json.loads(data)
+                            if event.get("cluster_id") not in names:
+                                names.update(await cluster_names(http))
+                            show(event, shown, names)
+                            data, kind = "", "message"
+                        if time.monotonic() > next_summary:
+                            next_summary = time.monotonic() + 15
+                            await summary(http)
+            except (aiohttp.ClientError, TimeoutError):
+                await asyncio.sleep(1)  # the apiserver is starting or restarting
+
+
+def show(
+    event: dict[str, object],
+    shown: dict[tuple[str, str, str], tuple[str, str]],
+    names: dict[str, str],
+) -> None:
+    run = event.get("run") if isinstance(event.get("run"), dict) else {}
+    assert isinstance(run, dict)
+    progress_doc = run.get("progress")
+    progress = (
+        f"{progress_doc['done']}/{progress_doc['total']}" if isinstance(progress_doc, dict) else "-"
+    )
+    key = (str(event.get("cluster_id")), str(event.get("namespace")), str(event.get("name")))
+    phase = str(event.get("phase"))
+    if event.get("kind") != "deleted" and shown.get(key) == (phase, progress):
+        return  # several commits between two looks: print the state once
+    shown[key] = (phase, progress)
+    gone = "  (deleted from its cluster, history kept)" if event.get("kind") == "deleted" else ""
+    cluster = names.get(key[0], key[0][:10])
+    print(
+        f"  #{event.get('seq')!s:<6} {cluster:<10} {key[1]:<24} {key[2]:<34} {phase:<10} "
+        f"{progress}{gone}",
+        flush=True,
+    )
+
+
+async def cluster_names(http: object) -> dict[str, str]:
+    import aiohttp
+
+    assert isinstance(http, aiohttp.ClientSession)
+    async with http.get(f"{API}/api/v1/workflow-clusters", headers=ADMIN_HEADERS) as answer:
+        body = await answer.json() if answer.status == 200 else {"items": []}
+    return {item["id"]: item["name"] for item in body["items"]}
+
+
+async def summary(http: object) -> None:
+    import aiohttp
+
+    assert isinstance(http, aiohttp.ClientSession)
+    async with http.get(f"{API}/api/v1/workflows/summary", headers=ADMIN_HEADERS) as answer:
+        if answer.status == 200:
+            log(f"GET /api/v1/workflows/summary → {json.dumps(await answer.json())}")
 
 
 async def main() -> None:
     STATE.mkdir(parents=True, exist_ok=True)
     for stale in STATE.glob("*.json"):
         stale.unlink()
-    url = await ensure_database()
+    url = await fresh_database()
     sys.path.insert(0, str(ROOT))
     from shared.db.migrations import apply_migrations
 
@@ -178,8 +226,8 @@ async def main() -> None:
             f"API: curl -H 'X-API-Key: {API_KEY}' -H 'X-Kubeopera-Admin: true' "
             "http://127.0.0.1:8120/api/v1/workflows"
         )
-        log("live run changes as the watcher commits them (Ctrl-C to stop):")
-        feed_task = asyncio.create_task(feed(url))
+        log("live run changes from GET /api/v1/workflows/stream (Ctrl-C to stop):")
+        feed_task = asyncio.create_task(feed())
         while True:
             await asyncio.sleep(1)
             for name, process in processes.items():
