@@ -276,6 +276,7 @@ def main() -> None:
     parser.add_argument("--clusters", type=int, default=50)
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--nodes", type=int, default=14)
+    parser.add_argument("--only", choices=("memory", "throughput"), help="run one part")
     args = parser.parse_args()
     if args.serve:
         asyncio.run(
@@ -284,8 +285,12 @@ def main() -> None:
         return
     count = 2000 if args.quick else 20_000
     clusters, runs = (10, 300) if args.quick else (args.clusters, args.runs)
-    memory = asyncio.run(watcher_memory(clusters=clusters, runs=runs, nodes=4))
-    figures = asyncio.run(throughput(count=count, nodes=14))
+    memory = (
+        {}
+        if args.only == "throughput"
+        else asyncio.run(watcher_memory(clusters=clusters, runs=runs, nodes=4))
+    )
+    figures = {} if args.only == "memory" else asyncio.run(throughput(count=count, nodes=14))
     for name, value in {**memory, **figures}.items():
         print(f"{name}: {value:.2f}" if isinstance(value, float) else f"{name}: {value}")
 

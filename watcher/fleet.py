@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from kubernetes_asyncio.client import ApiClient
@@ -25,6 +26,7 @@ from watcher.pg_clusters import ClusterStore
 
 log = get_logger(__name__)
 ClientFactory = Callable[[str], Awaitable[ApiClient]]
+LIST_CONCURRENCY = 4  # clusters listing at once (memory bound; see InformerOptions)
 
 
 class Election(Protocol):
@@ -48,7 +50,10 @@ class Fleet:
         self._clusters = clusters
         self._queue = queue
         self._client_factory = client_factory
-        self._options = options or InformerOptions()
+        options = options or InformerOptions()
+        if options.list_permits is None:
+            options = replace(options, list_permits=asyncio.Semaphore(LIST_CONCURRENCY))
+        self._options = options
         self.targets: dict[str, WatchTarget] = {}
         self.informers: dict[str, WorkflowInformer] = {}
         self.election: Election | None = None

@@ -56,9 +56,12 @@ class Expired(Exception):
 
 @dataclass
 class InformerOptions:
-    page_size: int = 200
+    page_size: int = 100
     watch_timeout: int = 300  # seconds the server keeps one watch open
-    high_water: int = 2000  # queued workflows before an informer waits for the writer
+    high_water: int = 1000  # queued workflows before an informer waits for the writer
+    # Shared by every informer of a process: how many clusters may list at once. A list holds
+    # a page of parsed workflows while it waits for the writer; fifty at once was 500 MB.
+    list_permits: asyncio.Semaphore | None = None
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
 
@@ -129,6 +132,14 @@ class WorkflowInformer:
 
     async def _relist(self) -> None:
         """List every Workflow page by page; queue changes; tombstone what disappeared."""
+        permits = self._options.list_permits
+        if permits is None:
+            await self._list_all()
+            return
+        async with permits:
+            await self._list_all()
+
+    async def _list_all(self) -> None:
         metrics.RELISTS.labels(**self._labels).inc()
         present: set[tuple[str, str]] = set()
         token: str | None = None
