@@ -180,8 +180,12 @@ class WorkflowInformer:
             _request_timeout=self._options.watch_timeout + 30,
         )
         try:
+            handled = 0
             async for line in _lines(response.content):
                 await self._handle(orjson.loads(line))
+                handled += 1
+                if handled % 25 == 0:
+                    await asyncio.sleep(0)  # one network read can hold hundreds of events
         finally:
             response.release()
 

@@ -27,6 +27,7 @@ from watcher.queueing import Pending
 
 log = get_logger(__name__)
 
+PREPARE_SLICE = 25  # workflows normalised between two yields to the event loop
 # SQLSTATE classes that mean "the server or connection is not there right now".
 _TRANSIENT_CLASSES = ("08", "53", "57", "40")
 
@@ -112,7 +113,15 @@ class RunWriter:
             await self._queue.wait()
             batch = self._queue.take(self._batch_size)
             metrics.QUEUE_DEPTH.set(len(self._queue))
-            await handoff.put((batch, prepare(batch, self._cluster_ref)))
+            prepared = PreparedBatch([], [])
+            for start in range(0, len(batch), PREPARE_SLICE):
+                part = prepare(batch[start : start + PREPARE_SLICE], self._cluster_ref)
+                prepared.records.extend(part.records)
+                prepared.tombstones.extend(part.tombstones)
+                # Yield between slices: the commit in flight needs the loop for each of its
+                # round trips, and a batch normalised in one go held it for ~100 ms.
+                await asyncio.sleep(0)
+            await handoff.put((batch, prepared))
 
     async def _commit_loop(self, handoff: asyncio.Queue[tuple[Batch, PreparedBatch]]) -> None:
         backoff = 0.2
