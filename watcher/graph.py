@@ -3,8 +3,9 @@
 Purely computational, no side effects: no I/O, no clock, no logging. ``watcher.normalise`` calls
 ``graph`` with the workflow's status; the rules (compact nodes, artifact locations, pod names,
 bounding huge graphs) are in ``docs/normalisation.md``. The defensive readers both modules use
-(a field of the wrong type reads as absent; text is made storable in PostgreSQL) are at the end.
-This runs on every watch event: the common case, a clean ASCII string, costs no extra call.
+(a field of the wrong type reads as absent; text is made storable in PostgreSQL) are in
+``watcher.reading``. This runs on every watch event: the common case, a clean ASCII string,
+costs no extra call.
 """
 
 from __future__ import annotations
@@ -14,15 +15,27 @@ import binascii
 import heapq
 import json
 import marshal
-import re
 import zlib
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Final, TypeGuard
+from collections.abc import Mapping
+from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
 from shared import labels as L
 from shared.runs import JSONObject, JSONValue
+from watcher.reading import (
+    ARRAY_TYPES,
+    EMPTY,
+    TRUNCATION_MARKER,
+    as_mapping,
+    as_sequence,
+    clean,
+    is_mapping,
+    parse_timestamp,
+    scalar_text,
+    text,
+    timestamp_text,
+    trim,
+)
 
 __all__ = [
     "MAX_DECOMPRESSED_NODES_BYTES",
@@ -42,7 +55,6 @@ MAX_MESSAGE_BYTES: Final = 4 << 10
 MAX_PARAMETER_BYTES: Final = 16 << 10
 # status.compressedNodes is gzip+base64; refuse to inflate more than this (a zip bomb is cheap).
 MAX_DECOMPRESSED_NODES_BYTES: Final = 64 << 20
-TRUNCATION_MARKER: Final = "…[truncated]"
 
 _FAILED_NODE_PHASES: Final = frozenset({"Failed", "Error"})
 _ACTIVE_NODE_PHASES: Final = frozenset({"Running", "Pending"})
@@ -63,10 +75,6 @@ _LOCATION_FIELDS: Final[Mapping[str, tuple[tuple[str, bool, bool], ...]]] = {
     "plugin": (("name", False, False), ("key", False, False)),
 }
 _LOCATION_KINDS: Final = tuple(_LOCATION_FIELDS)
-_RFC3339: Final = re.compile(
-    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}:\d{2})?", re.ASCII
-)
-_WHOLE_SECONDS_UTC: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z", re.ASCII)
 _FNV32_OFFSET_BASIS: Final = 0x811C9DC5
 # Kubernetes names are at most 253 characters; Argo's v2 pod name leaves room for the hash.
 _MAX_POD_NAME_PREFIX: Final = 253 - 10 - 1
@@ -74,9 +82,6 @@ _MAX_POD_NAME_PREFIX: Final = 253 - 10 - 1
 _MAX_SUMMARY_KEYS: Final = 32
 _MAX_SUMMARY_KEY_BYTES: Final = 64
 _MAX_REPOSITORY_FIELD_BYTES: Final = 1024
-EMPTY: Final[Mapping[str, object]] = {}
-# A JSON array: a tuple of types, since isinstance(x, list | tuple) builds the union every time.
-_ARRAY_TYPES: Final = (list, tuple)
 # Compact, and escaped to ASCII: the length is an upper bound on the stored UTF-8 size.
 _ENCODER: Final = json.JSONEncoder(separators=(",", ":"))
 _JSON_PER_MARSHAL_BYTE: Final = 6
@@ -368,7 +373,7 @@ def _compact_node(
     if (message := get("message")) is not None and (message := text(message)):
         node["message"] = trim(message, MAX_MESSAGE_BYTES)
     children = get("children")
-    if isinstance(children, _ARRAY_TYPES) and children:
+    if isinstance(children, ARRAY_TYPES) and children:
         kept: list[JSONValue] = [
             child if child.isascii() and "\x00" not in child else clean(child)
             for child in children
@@ -411,7 +416,7 @@ def _io(
     result: JSONObject = {}
     parameters: list[JSONValue] = []
     items = section.get("parameters")
-    for item in items if isinstance(items, _ARRAY_TYPES) else ():
+    for item in items if isinstance(items, ARRAY_TYPES) else ():
         parameter = item if type(item) is dict else as_mapping(item)
         name = parameter.get("name")
         if type(name) is not str or not name.isascii() or "\x00" in name:
@@ -431,7 +436,7 @@ def _io(
         result["parameters"] = parameters
     artifacts: list[JSONValue] = []
     items = section.get("artifacts")
-    for item in items if isinstance(items, _ARRAY_TYPES) else ():
+    for item in items if isinstance(items, ARRAY_TYPES) else ():
         artifact = item if type(item) is dict else as_mapping(item)
         name = artifact.get("name")
         if type(name) is not str or not name.isascii() or "\x00" in name:
@@ -593,103 +598,3 @@ def _fnv32a(value: int, name: str) -> int:
     for byte in name.encode("utf-8", errors="surrogatepass"):
         value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
     return value
-
-
-# --- readers shared with watcher.normalise ----------------------------------------------------
-
-
-def parse_timestamp(value: object) -> datetime | None:
-    """An RFC 3339 timestamp ('Z' or an offset) as an aware UTC datetime; anything else None."""
-    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
-        return None
-    iso = value.replace("z", "Z").replace("t", "T")
-    if iso.endswith("Z"):
-        iso = iso[:-1] + "+00:00"
-    try:
-        parsed = datetime.fromisoformat(iso)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        # Kubernetes always writes an offset; a bare time is read as UTC rather than dropped.
-        parsed = parsed.replace(tzinfo=UTC)
-    try:
-        return parsed.astimezone(UTC)
-    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before the first datetime in UTC
-        return None
-
-
-def timestamp_text(value: object) -> str | None:
-    """An RFC 3339 timestamp written back in UTC with 'Z'; anything else None."""
-    if type(value) is str and _WHOLE_SECONDS_UTC.fullmatch(value) and value[11:13] < "24":
-        # The form Kubernetes writes is already the one we write: keep it once it is known to
-        # be a real date and time, sparing a format (datetime.isoformat is slow). An hour of 24
-        # takes the long way, in case a Python reads it as the next day's midnight.
-        try:
-            datetime.fromisoformat(value)
-        except ValueError:
-            return None
-        return value
-    parsed = parse_timestamp(value)
-    return parsed.isoformat().replace("+00:00", "Z") if parsed is not None else None
-
-
-def is_mapping(value: object) -> TypeGuard[Mapping[str, object]]:
-    """A JSON object; the exact-type test first (isinstance against the ABC is slow)."""
-    return type(value) is dict or isinstance(value, Mapping)
-
-
-def as_mapping(value: object) -> Mapping[str, object]:
-    """value if a JSON object, else an empty one."""
-    if type(value) is dict:
-        return value
-    return value if value is not None and isinstance(value, Mapping) else EMPTY
-
-
-def as_sequence(value: object) -> Sequence[object]:
-    """value if a JSON array, else an empty one."""
-    return value if isinstance(value, _ARRAY_TYPES) else ()
-
-
-def text(value: object) -> str | None:
-    """A non-empty string made storable, else None."""
-    if type(value) is str and value.isascii() and "\x00" not in value:
-        return value or None  # the common case, with nothing to clean
-    return (clean(value) or None) if isinstance(value, str) else None
-
-
-def clean(value: str) -> str:
-    """value storable in PostgreSQL: no NUL characters, no lone surrogates."""
-    if value.isascii():
-        return value.replace("\x00", "") if "\x00" in value else value
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        value = value.encode("utf-8", errors="replace").decode("utf-8")
-    return value.replace("\x00", "")
-
-
-def scalar_text(value: object) -> str | None:
-    """Argo's AnyString: a string, or a number or boolean written without quotes."""
-    if type(value) is str and value.isascii() and "\x00" not in value:
-        return value  # the common case, with nothing to clean
-    if isinstance(value, str):
-        return clean(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        try:
-            return json.dumps(value)
-        except ValueError:  # an int beyond Python's conversion limit
-            return None
-    return None
-
-
-def trim(value: str, limit: int) -> str:
-    """value cut to at most limit UTF-8 bytes, marked when cut."""
-    if len(value) * 4 <= limit:
-        return value
-    encoded = value.encode("utf-8", errors="replace")
-    if len(encoded) <= limit:
-        return value
-    kept = encoded[: max(0, limit - len(TRUNCATION_MARKER.encode()))]
-    return kept.decode("utf-8", errors="ignore") + TRUNCATION_MARKER

@@ -7,8 +7,8 @@ Workflow documents are read defensively. Only a document without an identity (me
 metadata.uid, a parseable metadata.resourceVersion) is refused, with ``shared.errors.Invalid``;
 any other field of the wrong type or shape reads as absent. The execution graph is bounded
 (``max_graph_nodes``, ``max_graph_bytes``) so that a workflow with 100k nodes yields a row of a
-predictable size; ``watcher.graph`` builds it. Every rule is explained in
-``docs/normalisation.md``.
+predictable size; ``watcher.graph`` builds it. The defensive readers both use are in
+``watcher.reading``. Every rule is explained in ``docs/normalisation.md``.
 """
 
 from __future__ import annotations
@@ -22,18 +22,20 @@ from shared import labels as L
 from shared.errors import Invalid
 from shared.runs import ClusterRef, JSONValue, RunPhase, RunRecord, RunSource
 from watcher.graph import (
-    EMPTY,
     MAX_GRAPH_BYTES,
     MAX_GRAPH_NODES,
     MAX_MESSAGE_BYTES,
     MAX_PARAMETER_BYTES,
+    graph,
+    pod_name,
+)
+from watcher.reading import (
+    EMPTY,
     TRUNCATION_MARKER,
     as_mapping,
     as_sequence,
     clean,
-    graph,
     parse_timestamp,
-    pod_name,
     scalar_text,
     text,
     trim,

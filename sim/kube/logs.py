@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+from sim.kube.types import ApiError
+
 
 class ContainerLog:
     """Lines of one container; followers wake on every append and on close."""
@@ -54,6 +56,24 @@ class PodLogs:
 
     def containers(self, namespace: str, pod: str) -> dict[str, ContainerLog]:
         return self._logs.get((namespace, pod), {})
+
+    def open(self, namespace: str, pod: str, container: str | None) -> ContainerLog:
+        """The log a request names (no container: "main", or the only one); 400 when none."""
+        containers = self.containers(namespace, pod)
+        if container is None:
+            if "main" in containers or len(containers) != 1:
+                container = "main"
+            else:
+                container = next(iter(containers))
+        log = containers.get(container)
+        if log is None:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'container "{container}" in pod "{pod}" is not available: choose one of: '
+                f"[{' '.join(sorted(containers))}]",
+            )
+        return log
 
     def drop_pod(self, namespace: str, pod: str) -> None:
         """The pod is gone: followers end, its logs are forgotten."""

@@ -1,10 +1,49 @@
-"""Merge patch (RFC 7386) and JSON patch (RFC 6902). Purely computational, no side effects."""
+"""Merge patch (RFC 7386) and JSON patch (RFC 6902), and PATCH request bodies chosen by content
+type. Purely computational, no side effects."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from sim.kube.types import ApiError
+from sim.kube.types import ApiError, JsonObject
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+def patch_media(content_type: str) -> str:
+    """The media type of a PATCH request; 415 unless one of the three patch types."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media not in (MERGE_PATCH, STRATEGIC_MERGE_PATCH, JSON_PATCH):
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            f"the body of the request was in an unknown format ({media}) - accepted media "
+            f"types include: {JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_MERGE_PATCH}",
+        )
+    return media
+
+
+def apply_patch(obj: JsonObject, body: Any, media: str) -> JsonObject:
+    """`obj` patched by a request body (bytes, or an owned value) of media type `media`
+    (strategic merge is treated as merge); 400 for a bad body, 422 when metadata is gone."""
+    patch: Any = body
+    if isinstance(body, bytes):
+        try:
+            patch = json.loads(body)
+        except ValueError as exc:
+            raise ApiError(400, "BadRequest", f"invalid patch body: {exc}") from exc
+    if media == JSON_PATCH:
+        result = json_patch(obj, patch)
+    elif isinstance(patch, dict):
+        result = merge_patch(obj, patch)
+    else:
+        raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
+    if not isinstance(result, dict) or not isinstance(result.get("metadata"), dict):
+        raise ApiError(422, "Invalid", "the patched object has no metadata")
+    return result
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

@@ -1,5 +1,10 @@
-"""One emulated cluster's state: objects, the resourceVersion counter, change history, watches,
-pod logs and service-proxy handlers.
+"""One emulated cluster's state: objects and the resourceVersion counter, with the reads and
+writes (create, get, list, replace, patch, delete with finalizers and cascades) the API serves.
+
+``ClusterStore`` is the one interface (``INTERFACE.md``); it delegates the change history, watch
+streams and subscribers to ``sim.kube.changes``, the owner-reference index garbage collection
+uses to ``sim.kube.ownership``, pod logs to ``sim.kube.logs`` and service-proxy handlers to
+``sim.kube.proxying``.
 
 Stored objects are never mutated: every write builds a new object (a merge patch shares the
 subtrees it does not touch) and serialises it once; watch lines, list bodies and GET answers
@@ -16,13 +21,14 @@ import json
 import random
 import time
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from sim.kube.changes import ChangeLog, Subscriber
 from sim.kube.logs import ContainerLog, PodLogs
 from sim.kube.objects import ParsedPool, Stored, owned
-from sim.kube.patching import json_patch, merge_patch
+from sim.kube.ownership import Key, OwnerIndex
+from sim.kube.patching import apply_patch, patch_media
 from sim.kube.proxying import ProxyHandler, ProxyRegistry
 from sim.kube.selectors import (
     FieldSelector,
@@ -33,24 +39,21 @@ from sim.kube.selectors import (
 from sim.kube.types import (
     BUILTIN_TYPES,
     ApiError,
-    EventType,
     JsonObject,
     ResourceType,
     WatchEvent,
     not_found,
 )
-from sim.kube.validation import validate_metadata
-from sim.kube.watching import Event, WatchStream, event_line
-
-Subscriber = Callable[[WatchEvent, ResourceType], None]
-Key = tuple[str, str, str]
-ObjectRef = tuple[Key, str, str]
+from sim.kube.validation import (
+    check_resource_version,
+    resource_name,
+    typed_body,
+    validate_metadata,
+)
+from sim.kube.watching import WatchStream
 
 NAMESPACES_KEY: Key = ("", "v1", "namespaces")
 PODS_KEY: Key = ("", "v1", "pods")
-MERGE_PATCH = "application/merge-patch+json"
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
 
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _UNCHANGED_BY_SPEC = frozenset({"metadata", "status", "apiVersion", "kind"})
@@ -73,25 +76,20 @@ class ClusterStore:
     ) -> None:
         self.name = name
         self.bookmark_interval = bookmark_interval
-        self._compaction_window = compaction_window
-        self._history_bytes_limit = history_bytes
-        self._watch_queue_limit = watch_queue_limit
         self._clock = clock
         self._types: dict[Key, ResourceType] = {}
         self._objects: dict[Key, dict[str, dict[str, Stored]]] = {}
         self._rv = 0
-        self._history: deque[Event] = deque()
-        self._history_size = 0
-        self._compacted_rv = 0
-        self._watchers: dict[Key, builtins.list[WatchStream]] = {}
-        self._subscribers: builtins.list[Subscriber] = []
-        self._pending: deque[tuple[Event, ResourceType]] = deque()
-        self._dispatching = False
+        self._changes = ChangeLog(
+            current_rv=lambda: self._rv,
+            compaction_window=compaction_window,
+            history_bytes=history_bytes,
+            watch_queue_limit=watch_queue_limit,
+        )
         self._logs = PodLogs()
         self._proxies = ProxyRegistry()
         self._pool = ParsedPool(parsed_objects)
-        self._uids: dict[str, ObjectRef] = {}
-        self._dependents: dict[str, set[ObjectRef]] = {}
+        self._owners = OwnerIndex()
         for rtype in BUILTIN_TYPES:
             self.register(rtype)
         namespaces = self._types[NAMESPACES_KEY]
@@ -173,7 +171,7 @@ class ClusterStore:
     ) -> Stored:
         """Create from an owned body (it becomes part of the stored object)."""
         ns = self._scope(rtype, namespace)
-        obj = self._typed(rtype, body)
+        obj = typed_body(rtype, body)
         meta = obj["metadata"]
         name = meta.get("name")
         if not name:
@@ -204,7 +202,7 @@ class ClusterStore:
             raise ApiError(
                 409,
                 "AlreadyExists",
-                f'{_resource(rtype)} "{name}" already exists',
+                f'{resource_name(rtype)} "{name}" already exists',
                 details={"name": name, "group": rtype.group, "kind": rtype.plural},
             )
         validate_metadata(rtype, obj)
@@ -224,8 +222,8 @@ class ClusterStore:
             obj.setdefault("status", {"phase": "Active"})
         stored = Stored(obj, self._pool)
         self._objects[rtype.key].setdefault(ns, {})[name] = stored
-        self._index(rtype.key, ns, name, stored, None)
-        self._commit(rtype, "ADDED", ns, stored, None)
+        self._owners.update((rtype.key, ns, name), stored, None)
+        self._changes.record(rtype, "ADDED", ns, stored, None)
         return stored
 
     def get_raw(self, rtype: ResourceType, namespace: str | None, name: str) -> Stored:
@@ -259,7 +257,7 @@ class ClusterStore:
     ) -> Stored:
         """PUT: 409 when the body's resourceVersion is set and stale."""
         current = self.get_raw(rtype, namespace, name)
-        obj = self._typed(rtype, body)
+        obj = typed_body(rtype, body)
         body_name = obj["metadata"].get("name")
         if body_name not in (None, "", name):
             raise ApiError(
@@ -267,7 +265,7 @@ class ClusterStore:
                 "BadRequest",
                 f"the name of the object ({body_name}) does not match the name on the URL ({name})",
             )
-        self._check_resource_version(rtype, current, obj["metadata"].get("resourceVersion"))
+        check_resource_version(rtype, current, obj["metadata"].get("resourceVersion"))
         if status_only:
             obj = self._with_status_of(current.obj, obj)
         return self._update(rtype, current, obj)
@@ -283,32 +281,12 @@ class ClusterStore:
         status_only: bool = False,
     ) -> Stored:
         """PATCH with an owned body; the content type chooses merge or JSON patch."""
-        media = content_type.split(";", 1)[0].strip().lower()
-        if media not in (MERGE_PATCH, STRATEGIC_MERGE_PATCH, JSON_PATCH):
-            raise ApiError(
-                415,
-                "UnsupportedMediaType",
-                f"the body of the request was in an unknown format ({media}) - accepted media "
-                f"types include: {JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_MERGE_PATCH}",
-            )
+        media = patch_media(content_type)
         current = self.get_raw(rtype, namespace, name)
-        patch: Any = body
-        if isinstance(body, bytes):
-            try:
-                patch = json.loads(body)
-            except ValueError as exc:
-                raise ApiError(400, "BadRequest", f"invalid patch body: {exc}") from exc
-        if media == JSON_PATCH:
-            result = json_patch(current.obj, patch)
-        elif isinstance(patch, dict):
-            result = merge_patch(current.obj, patch)
-        else:
-            raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
-        if not isinstance(result, dict) or not isinstance(result.get("metadata"), dict):
-            raise ApiError(422, "Invalid", "the patched object has no metadata")
+        result = apply_patch(current.obj, body, media)
         if result["metadata"].get("name") != name:
             raise ApiError(422, "Invalid", "metadata.name: Invalid value: field is immutable")
-        self._check_resource_version(rtype, current, result["metadata"].get("resourceVersion"))
+        check_resource_version(rtype, current, result["metadata"].get("resourceVersion"))
         if status_only:
             result = self._with_status_of(current.obj, result)
         return self._update(rtype, current, result)
@@ -330,7 +308,7 @@ class ClusterStore:
                 raise ApiError(
                     409,
                     "Conflict",
-                    f'Operation cannot be fulfilled on {_resource(rtype)} "{name}": '
+                    f'Operation cannot be fulfilled on {resource_name(rtype)} "{name}": '
                     f"Precondition failed: {field} in precondition: {wanted}, "
                     f"{field} in object meta: {meta.get(key)}",
                 )
@@ -346,7 +324,7 @@ class ClusterStore:
         obj["metadata"] = new_meta
         stored = Stored(obj, self._pool, current)
         self._objects[rtype.key][self._ns_of(current)][name] = stored
-        self._commit(rtype, "MODIFIED", self._ns_of(current), stored, current)
+        self._changes.record(rtype, "MODIFIED", self._ns_of(current), stored, current)
         return stored
 
     def delete_collection(
@@ -380,43 +358,16 @@ class ClusterStore:
         """Start a watch: queued replay (or synthetic ADDED events), then live events."""
         labels = parse_label_selector(label_selector) if label_selector else None
         fields = parse_field_selector(field_selector) if field_selector else None
-        stream = WatchStream(
-            rtype=rtype,
-            namespace=namespace,
+        return self._changes.open_watch(
+            rtype,
+            namespace,
+            resource_version=resource_version,
             labels=labels,
             fields=fields,
             timeout=timeout,
             bookmark_interval=self.bookmark_interval if bookmarks else None,
-            current_rv=lambda: self._rv,
-            on_close=self._forget_watcher,
-            queue_limit=self._watch_queue_limit,
+            snapshot=lambda: self._select(rtype, namespace, labels, fields),
         )
-        if resource_version in (None, "", "0"):
-            for item in self._select(rtype, namespace, labels, fields):
-                stream.push(event_line("ADDED", item.data))
-        else:
-            try:
-                since = int(str(resource_version))
-            except ValueError as exc:
-                raise ApiError(
-                    400, "BadRequest", f"invalid resourceVersion: {resource_version}"
-                ) from exc
-            if since < self._compacted_rv:
-                raise ApiError(
-                    410, "Expired", f"too old resource version: {since} ({self._compacted_rv})"
-                )
-            for event in self._history_after(since):
-                if event.key != rtype.key or (
-                    namespace is not None and event.namespace != namespace
-                ):
-                    continue
-                line = (
-                    stream.select(event) if stream.selective else event_line(event.type, event.data)
-                )
-                if line is not None:
-                    stream.push(line)
-        self._watchers.setdefault(rtype.key, []).append(stream)
-        return stream
 
     async def watch(
         self,
@@ -449,26 +400,15 @@ class ClusterStore:
 
     def compact(self, keep: int = 0) -> None:
         """Drop all but the last `keep` history events: older resourceVersions answer 410."""
-        while len(self._history) > keep:
-            self._drop_oldest()
-        if not self._history:
-            self._compacted_rv = self._rv
+        self._changes.compact(keep)
 
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
         """Call `callback` synchronously on every change, in order; returns unsubscribe."""
-        self._subscribers.append(callback)
-
-        def unsubscribe() -> None:
-            if callback in self._subscribers:
-                self._subscribers.remove(callback)
-
-        return unsubscribe
+        return self._changes.subscribe(callback)
 
     def close_streams(self) -> None:
         """End every watch and log follow (server shutdown)."""
-        for streams in self._watchers.values():
-            for stream in list(streams):
-                stream.end()
+        self._changes.end_streams()
         self._logs.close_all()
 
     # -- pod logs ---------------------------------------------------------------------------
@@ -482,21 +422,7 @@ class ClusterStore:
     def open_log(self, namespace: str, pod: str, container: str | None) -> ContainerLog:
         """404 when the pod does not exist, 400 when it has no such container log."""
         self.get_raw(self._types[PODS_KEY], namespace, pod)
-        containers = self._logs.containers(namespace, pod)
-        if container is None:
-            if "main" in containers or len(containers) != 1:
-                container = "main"
-            else:
-                container = next(iter(containers))
-        log = containers.get(container)
-        if log is None:
-            raise ApiError(
-                400,
-                "BadRequest",
-                f'container "{container}" in pod "{pod}" is not available: choose one of: '
-                f"[{' '.join(sorted(containers))}]",
-            )
-        return log
+        return self._logs.open(namespace, pod, container)
 
     async def read_log(
         self,
@@ -539,35 +465,6 @@ class ClusterStore:
         namespace: str = stored.meta.get("namespace", "")
         return namespace
 
-    def _typed(self, rtype: ResourceType, body: Any) -> JsonObject:
-        """The body with apiVersion and kind first; 400 when they name another type."""
-        if not isinstance(body, dict):
-            raise ApiError(400, "BadRequest", f"the body must be a {rtype.kind} object")
-        for field, expected in (("apiVersion", rtype.api_version), ("kind", rtype.kind)):
-            if body.get(field) not in (None, "", expected):
-                raise ApiError(
-                    400,
-                    "BadRequest",
-                    f"the body {field} {body.get(field)!r} does not match the resource "
-                    f"({expected})",
-                )
-        obj: JsonObject = {"apiVersion": rtype.api_version, "kind": rtype.kind, **body}
-        obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
-        meta = obj.get("metadata")
-        obj["metadata"] = dict(meta) if isinstance(meta, dict) else {}
-        return obj
-
-    def _check_resource_version(self, rtype: ResourceType, current: Stored, given: Any) -> None:
-        if given not in (None, "") and str(given) != current.resource_version:
-            name = current.meta["name"]
-            raise ApiError(
-                409,
-                "Conflict",
-                f'Operation cannot be fulfilled on {_resource(rtype)} "{name}": the object has '
-                "been modified; please apply your changes to the latest version and try again",
-                details={"name": name, "group": rtype.group, "kind": rtype.plural},
-            )
-
     @staticmethod
     def _with_status_of(current: JsonObject, changed: JsonObject) -> JsonObject:
         obj = dict(current)
@@ -606,8 +503,8 @@ class ClusterStore:
         stored = Stored(obj, self._pool, current)
         ns = self._ns_of(current)
         self._objects[rtype.key][ns][meta["name"]] = stored
-        self._index(rtype.key, ns, meta["name"], stored, current)
-        self._commit(rtype, "MODIFIED", ns, stored, current)
+        self._owners.update((rtype.key, ns, meta["name"]), stored, current)
+        self._changes.record(rtype, "MODIFIED", ns, stored, current)
         return stored
 
     def _remove(self, rtype: ResourceType, current: Stored, final: JsonObject) -> Stored:
@@ -623,8 +520,8 @@ class ClusterStore:
         del buckets[ns][name]
         if not buckets[ns]:
             del buckets[ns]
-        self._index(rtype.key, ns, name, None, current)
-        self._commit(rtype, "DELETED", ns, stored, current)
+        self._owners.update((rtype.key, ns, name), None, current)
+        self._changes.record(rtype, "DELETED", ns, stored, current)
         if rtype.key == PODS_KEY:
             self._logs.drop_pod(ns, name)
         elif rtype.key == NAMESPACES_KEY:
@@ -643,29 +540,15 @@ class ClusterStore:
 
     def _collect_dependents(self, owner_uid: str) -> None:
         """Garbage-collect objects whose owners are all gone."""
-        for key, ns, name in self._dependents.pop(owner_uid, set()):
+        for key, ns, name in self._owners.take_dependents(owner_uid):
             stored = self._objects[key].get(ns, {}).get(name)
             if stored is None:
                 continue
             owners = stored.meta.get("ownerReferences") or []
-            if not any(ref.get("uid") in self._uids for ref in owners if isinstance(ref, dict)):
+            if not any(
+                self._owners.exists(ref.get("uid")) for ref in owners if isinstance(ref, dict)
+            ):
                 self.delete_raw(self._types[key], ns or None, name)
-
-    def _index(self, key: Key, ns: str, name: str, new: Stored | None, old: Stored | None) -> None:
-        ref = (key, ns, name)
-        if old is not None:
-            for owner in _owner_uids(old.meta):
-                dependents = self._dependents.get(owner)
-                if dependents is not None:
-                    dependents.discard(ref)
-                    if not dependents:
-                        del self._dependents[owner]
-            if new is None:
-                self._uids.pop(str(old.meta.get("uid")), None)
-        if new is not None:
-            self._uids[str(new.meta["uid"])] = ref
-            for owner in _owner_uids(new.meta):
-                self._dependents.setdefault(owner, set()).add(ref)
 
     def _select(
         self,
@@ -705,82 +588,3 @@ class ClusterStore:
 
     def _now(self) -> str:
         return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._clock()))
-
-    def _history_after(self, since: int) -> builtins.list[Event]:
-        events: builtins.list[Event] = []
-        for event in reversed(self._history):
-            if event.rv <= since:
-                break
-            events.append(event)
-        events.reverse()
-        return events
-
-    def _drop_oldest(self) -> None:
-        event = self._history.popleft()
-        self._history_size -= len(event.data) + len(event.prev_data or b"")
-        self._compacted_rv = event.rv
-
-    def _forget_watcher(self, stream: WatchStream) -> None:
-        streams = self._watchers.get(stream.rtype.key, [])
-        if stream in streams:
-            streams.remove(stream)
-
-    def _commit(
-        self, rtype: ResourceType, etype: EventType, ns: str, stored: Stored, prev: Stored | None
-    ) -> None:
-        """Record the change, fan it out to watchers, then tell subscribers in order."""
-        modified = etype == "MODIFIED" and prev is not None
-        event = Event(
-            rv=self._rv,
-            key=rtype.key,
-            namespace=ns,
-            etype=etype,
-            data=stored.data,
-            obj=stored.obj,
-            prev_data=prev.data if modified and prev is not None else None,
-            prev_obj=prev.obj if modified and prev is not None else None,
-        )
-        self._history.append(event)
-        self._history_size += len(event.data) + len(event.prev_data or b"")
-        while len(self._history) > self._compaction_window or (
-            self._history_size > self._history_bytes_limit and len(self._history) > 1
-        ):
-            self._drop_oldest()
-        shared: bytes | None = None
-        for stream in self._watchers.get(rtype.key, ()):
-            if stream.namespace is not None and stream.namespace != ns:
-                continue
-            if stream.selective:
-                line = stream.select(event)
-                if line is not None:
-                    stream.push(line)
-            else:
-                if shared is None:
-                    shared = event_line(etype, event.data)
-                stream.push(shared)
-        event.obj = event.prev_obj = None
-        if not self._subscribers:
-            return
-        self._pending.append((event, rtype))
-        if self._dispatching:
-            return  # a subscriber wrote: the outer loop delivers this change next, in order
-        self._dispatching = True
-        try:
-            while self._pending:
-                pending, pending_type = self._pending.popleft()
-                for callback in list(self._subscribers):
-                    callback(
-                        {"type": pending.type, "object": json.loads(pending.data)},
-                        pending_type,
-                    )
-        finally:
-            self._dispatching = False
-
-
-def _resource(rtype: ResourceType) -> str:
-    return f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural
-
-
-def _owner_uids(meta: JsonObject) -> list[str]:
-    refs = meta.get("ownerReferences") or []
-    return [str(ref["uid"]) for ref in refs if isinstance(ref, dict) and ref.get("uid")]

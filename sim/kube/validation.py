@@ -1,10 +1,12 @@
-"""Checks the API server makes on every written object's metadata. Purely computational."""
+"""Checks the API server makes on every written body: its type, its resourceVersion against the
+stored one, and its metadata. Purely computational."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from sim.kube.objects import Stored
 from sim.kube.types import ApiError, JsonObject, ResourceType
 
 NAMESPACES_KEY = ("", "v1", "namespaces")
@@ -59,3 +61,39 @@ def valid_label_key(key: Any) -> bool:
     if prefix and (len(prefix) > 253 or not _SUBDOMAIN.match(prefix)):
         return False
     return 0 < len(name) <= 63 and _LABEL_NAME.match(name) is not None
+
+
+def typed_body(rtype: ResourceType, body: Any) -> JsonObject:
+    """The body with apiVersion and kind first; 400 when they name another type."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "BadRequest", f"the body must be a {rtype.kind} object")
+    for field, expected in (("apiVersion", rtype.api_version), ("kind", rtype.kind)):
+        if body.get(field) not in (None, "", expected):
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the body {field} {body.get(field)!r} does not match the resource ({expected})",
+            )
+    obj: JsonObject = {"apiVersion": rtype.api_version, "kind": rtype.kind, **body}
+    obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
+    meta = obj.get("metadata")
+    obj["metadata"] = dict(meta) if isinstance(meta, dict) else {}
+    return obj
+
+
+def check_resource_version(rtype: ResourceType, current: Stored, given: Any) -> None:
+    """409 Conflict when `given` is set and is not the stored resourceVersion."""
+    if given not in (None, "") and str(given) != current.resource_version:
+        name = current.meta["name"]
+        raise ApiError(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on {resource_name(rtype)} "{name}": the object has '
+            "been modified; please apply your changes to the latest version and try again",
+            details={"name": name, "group": rtype.group, "kind": rtype.plural},
+        )
+
+
+def resource_name(rtype: ResourceType) -> str:
+    """`plural.group` (`plural` for the core group), as API error messages name a resource."""
+    return f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural

@@ -1,4 +1,5 @@
-"""Fixtures for the Kubernetes API emulator tests: a fresh cluster and a real client per test."""
+"""Fixtures for the simulator tests: a fresh emulated cluster and a real client per test
+(`cluster`, `api`), and a one-cluster simulated world with Argo (`host`, `kube`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from sim.kube.server import RunningCluster, start_cluster
+from sim.world import SimCluster, World, start_world
+from tests.integration.sim._argo import _client
 
 BOOKMARK_INTERVAL_S = 0.2
 
@@ -30,3 +33,24 @@ async def api(cluster: RunningCluster) -> AsyncIterator[ApiClient]:
     )
     async with ApiClient(configuration) as client:
         yield client
+
+
+@pytest.fixture
+async def argo_world() -> AsyncIterator[World]:
+    """One cluster running the Argo simulator, stepped by the test (not autostarted)."""
+    running = await start_world(1, tick=0.01, autostart=False, pod_gc_delay=0)
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+@pytest.fixture
+def host(argo_world: World) -> SimCluster:
+    return argo_world.host
+
+
+@pytest.fixture
+async def kube(host: SimCluster) -> AsyncIterator[ApiClient]:
+    async with await _client(host) as api:
+        yield api
