@@ -1,0 +1,144 @@
+"""Stamp a rendered WorkflowTemplate with the identity only workflow-manager may give it.
+
+Purely computational, no side effects: the input document is never modified; a stamped deep copy
+is returned. Whatever a tenant wrote in the identity fields is replaced or removed:
+
+- ``metadata`` keeps only the tenant's labels and annotations outside the reserved prefixes
+  (``kubeopera.io/``, ``workflows.argoproj.io/``); name and namespace are ours, and every other
+  metadata field (generateName, ownerReferences, finalizers, uid, ...) is dropped;
+- our labels (pipeline id, version, kind) go on the template and on
+  ``spec.workflowMetadata.labels``, so every run created from it carries them too;
+- pods run as the namespace's workload account without a mounted token
+  (``spec.automountServiceAccountToken: false``); the executor identity is set through
+  ``spec.executor`` so Argo's own containers get it and user containers never do;
+- a template annotated ``kubeopera.io/runs-as: spark`` or ``training`` (the wizard's
+  ``runtime: spark|pytorch``) runs as the namespace's ``kubeopera-spark`` or
+  ``kubeopera-training`` account with its token mounted, which Spark drivers and PyTorch
+  launchers need to create their workers. These are the only accounts a template may name;
+  ``compiler.allowlist`` refuses any other.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+from shared import labels as L
+
+PipelineKind = Literal["data", "ml"]
+
+WORKLOAD_SERVICE_ACCOUNT: Final = "kubeopera-workload"
+EXECUTOR_SERVICE_ACCOUNT: Final = "kubeopera-executor"
+SPARK_SERVICE_ACCOUNT: Final = "kubeopera-spark"
+TRAINING_SERVICE_ACCOUNT: Final = "kubeopera-training"
+# Template-level accounts a template may run as (its token mounted): Spark and PyTorch jobs.
+RUNS_AS_ANNOTATION: Final = "kubeopera.io/runs-as"
+RUNS_AS_ACCOUNTS: Final[Mapping[str, str]] = {
+    "spark": SPARK_SERVICE_ACCOUNT,
+    "training": TRAINING_SERVICE_ACCOUNT,
+}
+TEMPLATE_SERVICE_ACCOUNTS: Final = frozenset(RUNS_AS_ACCOUNTS.values())
+RESERVED_LABEL_PREFIXES: Final = (L.KUBEOPERA_PREFIX, L.ARGO_PREFIX)
+
+_NAME_UNSAFE: Final = re.compile(r"[^a-z0-9-]+")
+_MAX_SLUG: Final = 40
+
+
+def template_name(pipeline_id: str, version: int) -> str:
+    """The WorkflowTemplate name of a pipeline version: deterministic, DNS-1123, <= 63 chars.
+
+    It is also the value of Argo's ``workflow-template`` label on runs, hence the label limit.
+    A pipeline id that is not already a short DNS label gets a hash suffix, so that two ids
+    that slug to the same text still get different names.
+    """
+    if version < 1:
+        raise ValueError("a pipeline version is a positive integer")
+    slug = _NAME_UNSAFE.sub("-", pipeline_id.lower()).strip("-")
+    if slug != pipeline_id or len(slug) > _MAX_SLUG or not slug:
+        digest = hashlib.sha256(pipeline_id.encode()).hexdigest()[:8]
+        slug = f"{slug[:_MAX_SLUG].strip('-')}-{digest}".lstrip("-")
+    return f"p-{slug}-v{version}"
+
+
+def _unreserved(values: object) -> dict[str, Any]:
+    if not isinstance(values, Mapping):
+        return {}
+    return {
+        str(key): value
+        for key, value in values.items()
+        if not str(key).startswith(RESERVED_LABEL_PREFIXES)
+    }
+
+
+def identity_labels(*, pipeline_id: str, version: int, kind: PipelineKind) -> dict[str, str]:
+    """Our labels on a pipeline version's template and on every run created from it."""
+    return {
+        L.PIPELINE_ID: pipeline_id,
+        L.PIPELINE_VERSION: str(version),
+        L.PIPELINE_KIND: kind,
+    }
+
+
+def stamp(
+    template: Mapping[str, Any],
+    *,
+    tenant: str,
+    namespace: str,
+    pipeline_id: str,
+    version: int,
+    kind: PipelineKind,
+    service_account: str = WORKLOAD_SERVICE_ACCOUNT,
+    executor_service_account: str = EXECUTOR_SERVICE_ACCOUNT,
+) -> dict[str, Any]:
+    """A deep copy of ``template`` carrying our identity; the tenant's identity fields removed."""
+    if kind not in (L.PIPELINE_KIND_DATA, L.PIPELINE_KIND_ML):
+        raise ValueError(f"unknown pipeline kind {kind!r}")
+    if namespace != f"{L.DATA_NAMESPACE_PREFIX}{tenant}":
+        raise ValueError("a pipeline template lives in its tenant's data namespace")
+    document: dict[str, Any] = copy.deepcopy(dict(template))
+    ours = identity_labels(pipeline_id=pipeline_id, version=version, kind=kind)
+
+    metadata = document.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    stamped_metadata: dict[str, Any] = {
+        "name": template_name(pipeline_id, version),
+        "namespace": namespace,
+        "labels": {**_unreserved(metadata.get("labels")), **ours},
+    }
+    annotations = _unreserved(metadata.get("annotations"))
+    if annotations:
+        stamped_metadata["annotations"] = annotations
+    document["metadata"] = stamped_metadata
+
+    spec = document.get("spec")
+    if not isinstance(spec, dict):
+        return document  # nothing more to stamp; the allowlist refuses a spec-less document
+    spec["serviceAccountName"] = service_account
+    spec["automountServiceAccountToken"] = False
+    spec["executor"] = {"serviceAccountName": executor_service_account}
+    workflow_metadata = spec.get("workflowMetadata")
+    workflow_metadata = dict(workflow_metadata) if isinstance(workflow_metadata, Mapping) else {}
+    workflow_metadata["labels"] = {**_unreserved(workflow_metadata.get("labels")), **ours}
+    spec["workflowMetadata"] = workflow_metadata
+
+    templates = spec.get("templates")
+    for entry in templates if isinstance(templates, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        pod_metadata = entry.get("metadata")
+        pod_annotations = (
+            pod_metadata.get("annotations") if isinstance(pod_metadata, Mapping) else None
+        )
+        runs_as = (
+            pod_annotations.get(RUNS_AS_ANNOTATION)
+            if isinstance(pod_annotations, Mapping)
+            else None
+        )
+        account = RUNS_AS_ACCOUNTS.get(runs_as) if isinstance(runs_as, str) else None
+        if account is not None:
+            entry["serviceAccountName"] = account
+            entry["automountServiceAccountToken"] = True
+    return document
