@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import realistic_workflow, rss_mb, scratch_database
 
 TENANTS = ("acme", "globex", "initech", "umbrella")
+ROUNDS = 2  # interleaved baseline / informer rounds in the throughput part
 
 
 # --- the child: simulated clusters ---------------------------------------------------------
@@ -152,61 +153,74 @@ async def throughput(*, count: int, nodes: int) -> dict[str, float]:
     from watcher.writing import RunWriter
 
     cluster = ClusterRef("bench", "bench", "eu-north-1", "sim")
+    rates: list[float] = []
+    baselines: list[float] = []
     async with scratch_database() as url:
         pool: asyncpg.Pool = await create_pool(url, min_size=2, max_size=4)
         store = RunStore(pool)
-
-        # Baseline: the same rows, already normalised, with asyncpg alone.
         await pool.execute("INSERT INTO clusters (id, name) VALUES ('bench', 'bench')")
+        # The baseline's rows: the same documents, already normalised.
         records = []
         for n in range(count):
             namespace = "kubeopera-data-acme"
             document = realistic_workflow(10_000_000 + n, namespace=namespace, nodes=nodes)
             document["metadata"].update(uid=f"uid-{n}", resourceVersion=str(n + 1))
             records.append(normalise(document, cluster))
-        started = time.perf_counter()
-        for offset in range(0, count, 500):
-            await store.write_batch(records[offset : offset + 500])
-        baseline = count / (time.perf_counter() - started)
-        await pool.execute("TRUNCATE runs, run_changes")
+        tune_collector()  # as wm-watcher does at start
+
+        async def baseline_round() -> None:
+            await pool.execute("TRUNCATE runs, run_changes")
+            started = time.perf_counter()
+            for offset in range(0, count, 500):
+                await store.write_batch(records[offset : offset + 500])
+            baselines.append(count / (time.perf_counter() - started))
 
         with tempfile.TemporaryDirectory() as scratch:
             state = Path(scratch) / "world.json"
             child = start_child(state, clusters=1, runs=0, nodes=nodes, burst=count)
             try:
-                # The cluster takes the whole burst first; the informer then resumes its watch
-                # from the resourceVersion before it, as after a disconnection, and streams every
-                # change at the highest rate the API delivers.
+                # The cluster takes the whole burst first; each round's informer then resumes a
+                # watch from the resourceVersion before it, as after a disconnection, and
+                # streams every change at the highest rate the API delivers.
                 child.send_signal(signal.SIGUSR1)
                 marker = state.with_suffix(".burst")
                 while not marker.exists() or not marker.read_text():
                     await asyncio.sleep(0.1)
                 before = json.loads(marker.read_text())["before"]
                 kubeconfig = yaml.safe_load(json.loads(state.read_text())["kubeconfigs"][0])
-                api = await new_client_from_config_dict(kubeconfig)
-                queue = ChangeQueue()
-                informer = WorkflowInformer(
-                    cluster=cluster,
-                    api_client=api,
-                    queue=queue,
-                    options=InformerOptions(watch_timeout=600),
-                )
-                informer.state.resource_version = str(before)
-                tune_collector()  # as wm-watcher does at start
-                writer = RunWriter(queue=queue, store=store, cluster_ref=lambda _: cluster)
-                started = time.perf_counter()
-                tasks = [asyncio.create_task(informer.run()), asyncio.create_task(writer.run())]
-                while await pool.fetchval("SELECT count(*) FROM runs") < count:
-                    await asyncio.sleep(0.02)
-                rate = count / (time.perf_counter() - started)
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                await api.close()
+
+                async def informer_round() -> None:
+                    await pool.execute("TRUNCATE runs, run_changes")
+                    api = await new_client_from_config_dict(kubeconfig)
+                    queue = ChangeQueue()
+                    informer = WorkflowInformer(
+                        cluster=cluster,
+                        api_client=api,
+                        queue=queue,
+                        options=InformerOptions(watch_timeout=600),
+                    )
+                    informer.state.resource_version = str(before)
+                    writer = RunWriter(queue=queue, store=store, cluster_ref=lambda _: cluster)
+                    started = time.perf_counter()
+                    tasks = [asyncio.create_task(informer.run()), asyncio.create_task(writer.run())]
+                    while writer.committed < count:  # in-process: polling must not load PG
+                        await asyncio.sleep(0.01)
+                    rates.append(count / (time.perf_counter() - started))
+                    for task in tasks:
+                        task.cancel()
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                    await api.close()
+
+                # Interleaved rounds, best of each: drift on a shared machine hits both alike.
+                for _ in range(ROUNDS):
+                    await baseline_round()
+                    await informer_round()
             finally:
                 child.terminate()
                 child.wait(30)
+        assert await pool.fetchval("SELECT count(*) FROM runs") == count
         await pool.close()
+    rate, baseline = max(rates), max(baselines)
     return {"runs_per_s": rate, "baseline_runs_per_s": baseline, "ratio": rate / baseline}
 
 

@@ -399,3 +399,33 @@ async def test_metrics_follow_ingest(
     assert sample("wm_watcher_relists_total", cluster=cluster_id) >= 1
     assert sample("wm_watcher_clusters_watched") == 2
     assert sample("wm_watcher_queue_depth") >= 0
+
+
+async def test_cluster_status_records_argo_and_last_event(
+    world: World, start_watcher: StartWatcher, db: asyncpg.Pool
+) -> None:
+    watcher = await start_watcher()
+    submit(world.clusters[1].store, "argo", dag_workflow("seen", ticks=1))
+
+    async def seen() -> bool:
+        return bool(await db.fetchval("SELECT count(*) FROM runs WHERE name = 'seen'"))
+
+    await eventually(seen, what="run ingested")
+    await watcher.parts[0].fleet.report_status()
+    rows = await db.fetch(
+        "SELECT id, argo_reachable, argo_version, last_event_at FROM clusters ORDER BY id"
+    )
+    assert len(rows) == 2
+    assert all(row["argo_reachable"] for row in rows)
+    assert all(row["argo_version"] for row in rows)
+    other = next(row for row in rows if row["id"] == world.clusters[1].id)
+    assert other["last_event_at"] is not None
+
+    # An Argo server that stops answering is recorded as unreachable, not as an error.
+    cluster = world.clusters[1]
+    cluster.store.register_proxy("argo", "argo-server", "2746", cluster.server.handle)()
+    await watcher.parts[0].fleet.report_status()
+    reachable = await db.fetchval(
+        "SELECT argo_reachable FROM clusters WHERE id = $1", world.clusters[1].id
+    )
+    assert reachable is False
