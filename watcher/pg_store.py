@@ -92,6 +92,28 @@ WHERE runs.cluster_id = gone.cluster_id AND runs.namespace = gone.namespace
 RETURNING runs.id, runs.cluster_id, runs.namespace, runs.name, runs.tenant, runs.phase
 """
 
+# The common case, records without tombstones, in ONE statement (one round trip, an implicit
+# transaction): upsert, then — only once a row changed — the advisory lock, then the change
+# rows (their seqs are drawn after the lock: the cross join needs the lock's row first), then
+# the notification. Tombstones take the multi-statement path: a statement may not modify the
+# same row twice, and a deletion usually arrives with the run's final state.
+_LOCK_PARAM = len(_COLUMNS) + 1
+UPSERT_AND_LOG_SQL = f"""
+WITH upserted AS ({UPSERT_RUNS_SQL}),
+locked AS (
+    SELECT pg_advisory_xact_lock(${_LOCK_PARAM}::bigint) WHERE EXISTS (SELECT 1 FROM upserted)
+),
+logged AS (
+    INSERT INTO run_changes (run_id, cluster_id, namespace, name, tenant, phase, kind)
+    SELECT u.id, u.cluster_id, u.namespace, u.name, u.tenant, u.phase, 'upsert'
+    FROM upserted AS u CROSS JOIN locked
+    RETURNING seq
+),
+top AS (SELECT count(*) AS changes, max(seq) AS seq FROM logged)
+SELECT changes, (SELECT pg_notify('{NOTIFY_CHANNEL}', seq::text) WHERE seq IS NOT NULL) AS notified
+FROM top
+"""
+
 INSERT_CHANGES_SQL = """
 INSERT INTO run_changes (run_id, cluster_id, namespace, name, tenant, phase, kind)
 SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
@@ -137,6 +159,13 @@ class RunStore:
         """Upsert ``records`` (older resourceVersions never overwrite newer ones), mark
         ``tombstones`` gone, log each effective change and notify. Returns the change count."""
         records = newest_per_key(records)
+        if not tombstones:
+            if not records:
+                return 0
+            changes: int = await self._pool.fetchval(
+                UPSERT_AND_LOG_SQL, *record_columns(records), RUN_CHANGES_LOCK
+            )
+            return changes
         async with self._pool.acquire() as conn, conn.transaction():
             changed: list[asyncpg.Record] = []
             if records:
