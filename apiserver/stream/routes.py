@@ -1,11 +1,13 @@
 """``GET /workflows/stream``: the live run changes a caller may see, as Server-Sent Events.
 
-Every event carries ``id: <seq>`` (the change log's sequence). A client reconnecting with
-``Last-Event-ID`` first receives the matching changes it missed, read from ``run_changes``,
-then live ones, with nothing skipped or repeated: the subscription is registered before the
-missed changes are read (from the hub's memory when it still holds them all, else from the
-log), and live events at or below what was already sent are dropped. A resume point older
-than the change log's retention gets a ``reset`` event (reload the list).
+Every event carries ``id: <seq>`` (the change log's sequence). A fresh stream starts with a
+``ready`` event (the hub's position). A client reconnecting with ``Last-Event-ID`` gets no
+``ready``: first the matching changes it missed, read from ``run_changes``, then live ones,
+with nothing skipped or repeated: the subscription is registered (once the hub knows its
+position) before the missed changes are read (from the hub's memory when it still holds them
+all, else from the log), and live events at or below what was already sent are dropped; when
+this replica's hub has not read past the resume point yet, everything after it comes live. A
+resume point older than the change log's retention gets a ``reset`` event (reload the list).
 
 Whatever is queued for a stream goes out in one write. A stream silent for
 ``heartbeat_seconds`` gets a heartbeat, and every ``heartbeat_seconds``, busy or idle, its
@@ -27,20 +29,26 @@ from apiserver.runs.routes import FILTER_DOCS
 from apiserver.services import SERVICES
 from apiserver.stream.hub import Encoded, StreamHub, Subscriber
 from apiserver.stream.sse import HEARTBEAT, frame, parse_last_event_id
-from shared.errors import WorkflowManagerError
+from shared.errors import DependencyDown, WorkflowManagerError
 from shared.logging import get_logger
 
 log = get_logger(__name__)
 HUB = web.AppKey("stream_hub", StreamHub)
 LAST_EVENT_ID_PARAM = "last_event_id"
 BACKFILL_BATCH = 500
+START_WAIT_SECONDS = 10.0
 
 
-async def _backfill(
+async def _resume(
     response: web.StreamResponse, hub: StreamHub, subscriber: Subscriber, after: int
 ) -> int:
-    """Send the matching changes in (after, subscriber.start], from the hub's memory when it
-    held them all at subscription, else from the change log; return the last seq covered."""
+    """Answer a client resuming after seq ``after``; return the last seq covered.
+
+    A resume point older than the change log gets a ``reset`` (checked whatever the hub has
+    read: a hub behind the log would only offer what is left of it). Otherwise the matching
+    changes in (after, subscriber.start] are sent, from the hub's memory when it held them all
+    at subscription, else from the change log. When the hub has not read past ``after`` yet
+    nothing is sent now: what follows ``after`` comes live."""
     oldest = await hub.source.oldest()
     if oldest is not None and after + 1 < oldest:
         await response.write(
@@ -51,6 +59,8 @@ async def _backfill(
             )
         )
         return subscriber.start
+    if after >= subscriber.start:
+        return after  # live events at or below it were sent by whoever answered before
     if subscriber.missed is not None:
         await response.write(b"".join(item.frame for item in subscriber.missed))
         subscriber.missed = None
@@ -67,6 +77,20 @@ async def _backfill(
         if len(changes) < BACKFILL_BATCH:
             break
     return subscriber.start
+
+
+async def _started(hub: StreamHub) -> None:
+    """Wait for the hub to know its position (just after the replica starts): a subscription
+    made before would take position 0 and miss what lies between a resume point and the
+    position the hub then jumps to."""
+    if hub.started.is_set():
+        return
+    try:
+        await asyncio.wait_for(hub.started.wait(), START_WAIT_SECONDS)
+    except TimeoutError:
+        raise DependencyDown(
+            "the live stream is not following the change log yet; retry", delay=1.0
+        ) from None
 
 
 def _drain(subscriber: Subscriber, item: Encoded | None, sent: int) -> tuple[bytes, int, bool]:
@@ -93,6 +117,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         or next(iter(params.get(LAST_EVENT_ID_PARAM, [])), None)
     )
     scope = await hub.scopes.scope_of(identity, services.runs.scope_of)
+    await _started(hub)
     subscriber = hub.subscribe(filters, scope, resume_after=last_id)
     response = web.StreamResponse(
         headers={
@@ -104,12 +129,11 @@ async def stream(request: web.Request) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     try:
         await response.prepare(request)
-        sent = subscriber.start
-        if last_id is not None and last_id < subscriber.start:
-            sent = await _backfill(response, hub, subscriber, last_id)
-        else:
-            sent = max(sent, last_id or 0)
+        if last_id is None:
+            sent = subscriber.start
             await response.write(frame(event="ready", event_id=sent, data={"position": sent}))
+        else:  # no ready event: the first one a resumed stream sends is what it missed
+            sent = await _resume(response, hub, subscriber, last_id)
         every = services.heartbeat_seconds
         written_at = loop.time()
         refresh_at = written_at + every

@@ -19,7 +19,7 @@ from apiserver.artifacts.s3_store import S3ObjectStore
 from apiserver.clusters.connections import ConnectionCache
 from apiserver.runs.pg_runs import RunReader
 from apiserver.services import Services
-from apiserver.stream.hub import StreamHub
+from apiserver.stream.hub import ChangeSource, StreamHub
 from apiserver.stream.pg_changes import PgChangeSource
 from shared.k8s import client_from_kubeconfig
 from shared.registry_client import RegistryClient
@@ -170,6 +170,7 @@ async def make_api(db: asyncpg.Pool, database_url: str) -> AsyncIterator[AppFact
         queue_size: int = 1000,
         clock: Callable[[], datetime] | None = None,
         pool: asyncpg.Pool | None = None,
+        wrap_source: Callable[[ChangeSource], ChangeSource] | None = None,
     ) -> Api:
         pool = pool or db
         registry_client = None
@@ -206,9 +207,10 @@ async def make_api(db: asyncpg.Pool, database_url: str) -> AsyncIterator[AppFact
         )
         if clock is not None:
             services = replace(services, clock=clock)
-        hub = StreamHub(
-            PgChangeSource(pool, dsn=database_url), queue_size=queue_size, poll_seconds=1.0
-        )
+        source: ChangeSource = PgChangeSource(pool, dsn=database_url)
+        if wrap_source is not None:
+            source = wrap_source(source)
+        hub = StreamHub(source, queue_size=queue_size, poll_seconds=1.0)
         app = create_app(services, hub, api_key=API_KEY)
         client: TestClient[Any, Any] = TestClient(TestServer(app))
         await client.start_server()
