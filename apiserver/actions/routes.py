@@ -43,39 +43,31 @@ async def audited(
     work: Callable[[], Awaitable[dict[str, Any]]],
 ) -> dict[str, Any]:
     """Run ``work`` and record its outcome, failures included."""
+
+    async def record(outcome: str, detail: Mapping[str, Any]) -> None:
+        await record_action(
+            services.pool,
+            cluster_id=target.cluster_id,
+            namespace=target.namespace,
+            name=target.name,
+            run_uid=target.uid,
+            tenant=target.tenant,
+            actor=identity.actor,
+            action=action,
+            parameters=parameters,
+            outcome=outcome,
+            detail=detail,
+        )
+
     try:
         result = await work()
     except WorkflowManagerError as exc:
         try:
-            await record_action(
-                services.pool,
-                cluster_id=target.cluster_id,
-                namespace=target.namespace,
-                name=target.name,
-                run_uid=target.uid,
-                tenant=target.tenant,
-                actor=identity.actor,
-                action=action,
-                parameters=parameters,
-                outcome="failed",
-                detail=exc.to_json(),
-            )
+            await record("failed", exc.to_json())
         except WorkflowManagerError as audit_error:
             log.error("action_audit_failed", action=action, error=audit_error.code)
         raise
-    await record_action(
-        services.pool,
-        cluster_id=target.cluster_id,
-        namespace=target.namespace,
-        name=target.name,
-        run_uid=target.uid,
-        tenant=target.tenant,
-        actor=identity.actor,
-        action=action,
-        parameters=parameters,
-        outcome="succeeded",
-        detail=result,
-    )
+    await record("succeeded", result)
     return result
 
 
