@@ -142,6 +142,39 @@ def show(
     )
 
 
+async def showcase() -> None:
+    """Once a run has failed: read one of its steps' log and retry it through the API, so the
+    audit trail and a retried run show up in the feed."""
+    import aiohttp
+
+    await asyncio.sleep(20)
+    async with aiohttp.ClientSession() as http:
+        for _ in range(60):
+            async with http.get(
+                f"{API}/api/v1/workflows",
+                params={"phase": "Failed", "limit": "1"},
+                headers=ADMIN_HEADERS,
+            ) as answer:
+                items = (await answer.json()).get("items", []) if answer.status == 200 else []
+            if items:
+                break
+            await asyncio.sleep(5)
+        else:
+            return
+        run = items[0]
+        path = f"{API}/api/v1/workflows/{run['cluster']['id']}/{run['namespace']}/{run['name']}"
+        async with http.get(path, headers=ADMIN_HEADERS) as answer:
+            detail = await answer.json()
+        nodes = [n for n in detail.get("graph", {}).get("nodes", []) if n.get("type") == "Pod"]
+        if nodes:
+            async with http.get(f"{path}/logs/{nodes[0]['id']}", headers=ADMIN_HEADERS) as log_:
+                text = await log_.text()
+                source = log_.headers.get("X-Log-Source", "?")
+            log(f"GET .../logs/{nodes[0]['id']} (from {source}): {text.strip()[:200]!r}")
+        async with http.post(f"{path}/retry", headers=ADMIN_HEADERS, json={}) as answer:
+            log(f"POST {path.removeprefix(API)}/retry → {answer.status} {await answer.text()}")
+
+
 async def cluster_names(http: object) -> dict[str, str]:
     import aiohttp
 
@@ -228,6 +261,7 @@ async def main() -> None:
         )
         log("live run changes from GET /api/v1/workflows/stream (Ctrl-C to stop):")
         feed_task = asyncio.create_task(feed())
+        showcase_task = asyncio.create_task(showcase())
         while True:
             await asyncio.sleep(1)
             for name, process in processes.items():
@@ -236,6 +270,8 @@ async def main() -> None:
                     raise SystemExit(1)
             if feed_task.done():
                 feed_task.result()
+            if showcase_task.done() and showcase_task.exception():
+                log(f"showcase failed: {showcase_task.exception()!r}")
     finally:
         for process in processes.values():
             if process.poll() is None:
