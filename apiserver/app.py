@@ -14,6 +14,7 @@ from apiserver.clusters.routes import ROUTES as CLUSTER_ROUTES
 from apiserver.errors import error_middleware
 from apiserver.grants.routes import ROUTES as GRANT_ROUTES
 from apiserver.logs.routes import ROUTES as LOG_ROUTES
+from apiserver.metrics import metrics_middleware
 from apiserver.routing import RouteSpec, access_of, add_routes
 from apiserver.runs.routes import ROUTES as RUN_ROUTES
 from apiserver.services import SERVICES, Services
@@ -45,7 +46,11 @@ def create_app(
 ) -> web.Application:
     """The application over ``services``; ``hub`` runs (LISTEN and fan-out) while it serves."""
     app = web.Application(
-        middlewares=[error_middleware, auth_middleware(api_key=api_key, access_of=access_of)],
+        middlewares=[
+            metrics_middleware,
+            error_middleware,
+            auth_middleware(api_key=api_key, access_of=access_of),
+        ],
         client_max_size=256 * 1024,
     )
     app[SERVICES] = services

@@ -357,3 +357,24 @@ async def test_clusters_and_refresh(api: Api, database_url: str) -> None:
         assert await asyncio.wait_for(heard.get(), 5) == "cluster_refresh"
     finally:
         await listener.close()
+
+
+async def test_requests_are_counted_by_route_template_and_status(api: Api) -> None:
+    from prometheus_client import REGISTRY
+
+    def count(route: str, status: str) -> float:
+        labels = {"method": "GET", "route": route, "status": status}
+        return REGISTRY.get_sample_value("wm_api_requests_total", labels) or 0.0
+
+    detail = "/api/v1/workflows/{cluster}/{ns}/{name}"
+    before = (count("/api/v1/workflows", "200"), count(detail, "404"), count("unmatched", "401"))
+    assert (await api.get("/api/v1/workflows"))[0] == 200
+    assert (await api.get("/api/v1/workflows/c-x/ns/missing"))[0] == 404
+    await api.client.get("/api/v1/no-such-route", headers=headers(key=None))
+    after = (count("/api/v1/workflows", "200"), count(detail, "404"), count("unmatched", "401"))
+    assert [b - a for a, b in zip(before, after, strict=True)] == [1.0, 1.0, 1.0]
+    latency = REGISTRY.get_sample_value(
+        "wm_api_request_seconds_count", {"method": "GET", "route": "/api/v1/workflows"}
+    )
+    assert latency is not None
+    assert latency >= 1
