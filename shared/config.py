@@ -103,6 +103,8 @@ class Settings(BaseSettings):
     COMPILER_URL: str = "http://workflow-manager-compiler.workflow-manager.svc:8120"
     CLUSTER_REFRESH_INTERVAL: Seconds = 300.0
     REDIS_URL: str = "redis://127.0.0.1:6379/0"
+    TENANT_RECONCILE_INTERVAL: Seconds = 300.0  # drift check of every tenant's provisioning
+    PIPELINE_TEMPLATES_KEPT: int = Field(default=10, ge=10)  # newest templates kept per pipeline
 
     @field_validator("LOG_LEVEL")
     @classmethod
