@@ -11,16 +11,17 @@ from apiserver.actions.routes import ROUTES as ACTION_ROUTES
 from apiserver.artifacts.routes import ROUTES as ARTIFACT_ROUTES
 from apiserver.auth import auth_middleware
 from apiserver.clusters.routes import ROUTES as CLUSTER_ROUTES
-from apiserver.errors import error_middleware
 from apiserver.grants.routes import ROUTES as GRANT_ROUTES
 from apiserver.logs.routes import ROUTES as LOG_ROUTES
 from apiserver.metrics import metrics_middleware
+from apiserver.pipelines.routes import ROUTES as PIPELINE_ROUTES
 from apiserver.routing import RouteSpec, access_of, add_routes
 from apiserver.runs.routes import ROUTES as RUN_ROUTES
 from apiserver.services import SERVICES, Services
 from apiserver.stream.hub import StreamHub
 from apiserver.stream.routes import HUB
 from apiserver.stream.routes import ROUTES as STREAM_ROUTES
+from shared.web import error_middleware
 
 
 def route_specs() -> list[RouteSpec]:
@@ -33,6 +34,7 @@ def route_specs() -> list[RouteSpec]:
         *ACTION_ROUTES,
         *CLUSTER_ROUTES,
         *GRANT_ROUTES,
+        *PIPELINE_ROUTES,
         openapi.ROUTE,
     ]
 
@@ -48,10 +50,10 @@ def create_app(
     app = web.Application(
         middlewares=[
             metrics_middleware,
-            error_middleware,
+            error_middleware("apiserver"),
             auth_middleware(api_key=api_key, access_of=access_of),
         ],
-        client_max_size=256 * 1024,
+        client_max_size=1024 * 1024,  # pipelines carry YAML; json_body limits others
     )
     app[SERVICES] = services
     app[HUB] = hub

@@ -110,7 +110,7 @@ class Identity:
 
 
 def _tenant(value: str, *, source: str) -> str:
-    if not TENANT_ID.match(value):
+    if not TENANT_ID.fullmatch(value):
         raise Invalid(
             f"{source} is not a valid tenant id", details={"parameter": source, "value": value}
         )

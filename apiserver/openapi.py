@@ -144,12 +144,110 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "properties": {"items": {"type": "array", "items": {"$ref": "#/components/schemas/Grant"}}},
     },
+    "Pipeline": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "tenant": {"type": "string"},
+            "kind": {"type": "string", "enum": ["data", "ml"]},
+            "name": {"type": "string"},
+            "description": {"type": "string"},
+            "definition_type": {"type": "string", "enum": ["wizard", "yaml", "git"]},
+            "current_version": {"type": "integer"},
+            "latest_version": {"type": "integer"},
+            "created_by": {"type": "string"},
+            "created_at": {"type": "string", "format": "date-time"},
+            "updated_at": {"type": "string", "format": "date-time"},
+            "current": {"$ref": "#/components/schemas/PipelineVersion"},
+        },
+    },
+    "PipelineList": {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/Pipeline"}},
+            "next_cursor": {"type": "string", "nullable": True},
+            "total": {"type": "integer"},
+        },
+    },
+    "PipelineVersion": {
+        "type": "object",
+        "properties": {
+            "version": {"type": "integer"},
+            "template_name": {"type": "string"},
+            "template_applied": {"type": "boolean"},
+            "parameters": {"type": "array", "items": {"type": "object"}},
+            "definition": {"type": "object"},
+            "template": {"type": "object"},
+            "current": {"type": "boolean"},
+            "created_by": {"type": "string"},
+            "created_at": {"type": "string", "format": "date-time"},
+        },
+    },
+    "PipelineVersionList": {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/PipelineVersion"}},
+            "next_cursor": {"type": "string", "nullable": True},
+            "total": {"type": "integer"},
+        },
+    },
+    "PipelineSaved": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "version": {"type": "integer"},
+            "template_name": {"type": "string"},
+            "warnings": {"type": "array", "items": {"type": "string"}},
+        },
+    },
+    "PipelineValidation": {
+        "type": "object",
+        "properties": {
+            "valid": {"type": "boolean"},
+            "template": {"type": "object"},
+            "warnings": {"type": "array", "items": {"type": "string"}},
+        },
+    },
+    "PipelineDeleted": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "deleted": {"type": "boolean"},
+            "templates_removed": {"type": "integer"},
+        },
+    },
+    "PipelineRollback": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "current_version": {"type": "integer"},
+            "template_restored": {"type": "boolean"},
+        },
+    },
+    "PipelineRun": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "version": {"type": "integer"},
+            "workflow": {"type": "object"},
+            "parameters": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
+    },
     "RefreshAccepted": {"type": "object", "properties": {"refresh": {"type": "string"}}},
     "EventStream": {"type": "string", "description": "text/event-stream"},
     "Text": {"type": "string"},
     "Binary": {"type": "string", "format": "binary"},
     "OpenAPI": {"type": "object"},
 }
+
+
+def _operation_id(spec: RouteSpec) -> str:
+    """The handler's name, prefixed by its tag where one handler serves several route groups
+    (the data and ML pipeline routes), so that every operationId is unique."""
+    name = spec.handler.__name__
+    if spec.tag.endswith("pipelines"):
+        return f"{spec.tag.replace('-', '_')}_{name}"
+    return name
 
 
 def _operation(spec: RouteSpec) -> dict[str, Any]:
@@ -181,7 +279,7 @@ def _operation(spec: RouteSpec) -> dict[str, Any]:
         "401", {"description": "missing or wrong X-API-Key", "content": _json_error()}
     )
     operation: dict[str, Any] = {
-        "operationId": f"{spec.handler.__name__}",
+        "operationId": _operation_id(spec),
         "summary": spec.summary,
         "tags": [spec.tag],
         "parameters": parameters,

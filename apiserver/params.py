@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
 from apiserver.runs.query import check_known, group_params
 from shared.errors import Invalid
+from shared.web import json_body
 
-MAX_BODY = 256 * 1024
+__all__ = ["flag", "json_body", "query_params", "string_map", "text_field"]
 
 
 def query_params(request: web.Request, allowed: frozenset[str] | set[str]) -> dict[str, list[str]]:
@@ -32,26 +32,6 @@ def flag(params: dict[str, list[str]], name: str, *, default: bool = False) -> b
     if text in ("false", "0", "no", ""):
         return False
     raise Invalid(f"{name}: expected true or false", details={"parameter": name})
-
-
-async def json_body(request: web.Request, *, required: bool = True) -> dict[str, Any]:
-    """The JSON object in the body (an empty body is ``{}`` when not required)."""
-    if request.content_length is not None and request.content_length > MAX_BODY:
-        raise Invalid("the body is too large", details={"limit": MAX_BODY})
-    raw = await request.content.read(MAX_BODY + 1)
-    if len(raw) > MAX_BODY:
-        raise Invalid("the body is too large", details={"limit": MAX_BODY})
-    if not raw.strip():
-        if required:
-            raise Invalid("a JSON body is required", details={"parameter": "body"})
-        return {}
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise Invalid("the body is not valid JSON", details={"parameter": "body"}) from None
-    if not isinstance(body, dict):
-        raise Invalid("the body must be a JSON object", details={"parameter": "body"})
-    return body
 
 
 def text_field(body: dict[str, Any], name: str, *, max_length: int = 253) -> str:

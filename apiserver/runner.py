@@ -18,6 +18,7 @@ from kubernetes_asyncio.config.incluster_config import SERVICE_HOST_ENV_NAME
 from apiserver.app import create_app
 from apiserver.artifacts.s3_store import S3ObjectStore
 from apiserver.clusters.connections import ConnectionCache, HostFactory
+from apiserver.pipelines.compiler_client import CompilerClient
 from apiserver.runs.pg_runs import RunReader
 from apiserver.services import Services
 from apiserver.stream.hub import StreamHub
@@ -75,6 +76,12 @@ async def apiserver_parts(
                 objects = S3ObjectStore(
                     region=settings.AWS_REGION, endpoint_url=settings.S3_ENDPOINT_URL
                 )
+            internal_key = settings.INTERNAL_API_KEY
+            compiler = CompilerClient(
+                session,
+                base_url=settings.COMPILER_URL,
+                internal_key=internal_key.get_secret_value() if internal_key else None,
+            )
             services = Services(
                 pool=pool,
                 runs=RunReader(pool),
@@ -82,6 +89,7 @@ async def apiserver_parts(
                 objects=objects,
                 artifact_bucket=settings.ARTIFACT_BUCKET,
                 argo_data_server_url=settings.ARGO_DATA_SERVER_URL,
+                compiler=compiler,
                 heartbeat_seconds=heartbeat_seconds,
             )
             hub = StreamHub(PgChangeSource(pool, dsn=settings))

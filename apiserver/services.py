@@ -11,6 +11,7 @@ import asyncpg
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
+from apiserver.pipelines.compiler_client import CompilerClient
 from apiserver.runs.pg_runs import RunReader
 
 
@@ -49,6 +50,7 @@ class Services:
     objects: ObjectStore | None
     artifact_bucket: str | None
     argo_data_server_url: str
+    compiler: CompilerClient | None = None
     clock: Callable[[], datetime] = utc_now
     heartbeat_seconds: float = 15.0
 

@@ -1,9 +1,12 @@
 """`make demo`: the whole system on one machine, on embedded defaults.
 
-Starts two simulated clusters with Argo and a stream of sample runs (`python -m sim`), creates
-a demo database, starts every deployable as its own process, then prints what happens: each run
-change as the watcher commits it (the same `NOTIFY runs` feed the apiserver's live stream
-serves), and a summary every 15 seconds. Ctrl-C stops everything. Logs: .run/demo/*.log.
+Starts two simulated clusters with Argo and a stream of sample runs (`python -m sim`), moto as
+S3 and IAM, creates a demo database, starts every deployable as its own process, then prints
+what happens: each run change as the watcher commits it (the same `NOTIFY runs` feed the
+apiserver's live stream serves), and a summary every 15 seconds. Along the way it reads a
+failed run's step log and retries it, and a tenant saves a data pipeline (its namespace and
+storage user provisioned on first use), has a hostile template refused, runs the pipeline and
+saves a second version. Ctrl-C stops everything. Logs: .run/demo/*.log.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ STATE = ROOT / ".run" / "demo"
 ADMIN_DSN = os.environ.get("WM_DEMO_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 DATABASE = os.environ.get("WM_DEMO_DATABASE", "workflow_manager_demo")
 API_KEY = "demo-api-key"
+MOTO_PORT = 8125
+S3_ENDPOINT = f"http://127.0.0.1:{MOTO_PORT}"
+BUCKET = "demo-artifacts"
 # deployable → (HTTP port, health port)
 DEPLOYABLES = {
     "watcher": (None, 8131),
@@ -53,6 +59,28 @@ async def fresh_database() -> str:
 def start(name: str, command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     logfile = (STATE / f"{name}.log").open("ab")
     return subprocess.Popen(command, env=env, stdout=logfile, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+async def create_bucket() -> None:
+    """The artifact bucket, once moto answers (it is an operator's job in production)."""
+    import boto3
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=S3_ENDPOINT,
+        region_name="us-east-1",
+        aws_access_key_id="demo",
+        aws_secret_access_key="demo-secret",
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            s3.create_bucket(Bucket=BUCKET)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise SystemExit("moto did not start: see .run/demo/moto.log") from None
+            await asyncio.sleep(0.3)
 
 
 async def wait_for_world(sim: subprocess.Popen[bytes]) -> dict[str, object]:
@@ -175,6 +203,110 @@ async def showcase() -> None:
             log(f"POST {path.removeprefix(API)}/retry → {answer.status} {await answer.text()}")
 
 
+TENANT_HEADERS = {
+    "X-API-Key": API_KEY,
+    "X-Kubeopera-Tenant": "demo",
+    "X-Kubeopera-Actor": "dana@demo",
+    "X-Kubeopera-Permissions": "workflows.read,pipelines.read,pipelines.write,pipelines.run",
+}
+DEMO_PIPELINE = {
+    "name": "daily-sales",
+    "description": "extract, transform and load one day of sales",
+    "definition": {
+        "type": "wizard",
+        "spec": {
+            "apiVersion": "pipelines.kubeopera.io/v1",
+            "parameters": [{"name": "day", "default": "2026-12-01"}],
+            "steps": [
+                {
+                    "name": "extract",
+                    "image": "ghcr.io/demo/extract:1.4",
+                    "command": ["extract", "--day", "{{workflow.parameters.day}}"],
+                    "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}},
+                },
+                {
+                    "name": "transform",
+                    "image": "ghcr.io/demo/transform:1.4",
+                    "command": ["transform"],
+                    "depends_on": ["extract"],
+                    "retries": {"limit": 2},
+                },
+                {
+                    "name": "load",
+                    "image": "ghcr.io/demo/load:1.4",
+                    "command": ["load"],
+                    "depends_on": ["transform"],
+                },
+            ],
+        },
+    },
+}
+HOSTILE_TEMPLATE = """apiVersion: argoproj.io/v1alpha1
+kind: WorkflowTemplate
+metadata: {name: escape, namespace: kube-system}
+spec:
+  entrypoint: main
+  serviceAccountName: argo-server
+  hostNetwork: true
+  templates:
+    - name: main
+      container:
+        image: alpine:3.20
+        securityContext: {privileged: true}
+      volumes: [{name: root, hostPath: {path: /}}]
+"""
+
+
+async def pipelines_showcase() -> None:
+    """A tenant saves a wizard pipeline, has a hostile YAML template refused, runs the pipeline
+    (the run then streams in above like any other) and saves a second version."""
+    import aiohttp
+
+    await asyncio.sleep(8)
+    base = f"{API}/api/v1/data-pipelines"
+    async with aiohttp.ClientSession(headers=TENANT_HEADERS) as http:
+        async with http.post(base, json=DEMO_PIPELINE) as answer:
+            saved = await answer.json()
+        if answer.status != 201:
+            log(f"POST /api/v1/data-pipelines → {answer.status} {saved}")
+            return
+        pipeline = saved["id"]
+        log(
+            f"tenant demo saved pipeline {DEMO_PIPELINE['name']!r} → 201: version "
+            f"{saved['version']}, WorkflowTemplate {saved['template_name']} applied in "
+            "kubeopera-data-demo (namespace, quota, network policy, storage user provisioned)"
+        )
+        hostile = {"name": "escape", "definition": {"type": "yaml", "template": HOSTILE_TEMPLATE}}
+        async with http.post(f"{base}/validate", json=hostile) as answer:
+            refused = await answer.json()
+        violations = refused.get("details", {}).get("violations", [])
+        log(f"POST /api/v1/data-pipelines/validate (hostile YAML) → {answer.status}:")
+        for violation in violations[:6]:
+            log(f"    {violation['path']}: {violation['message']}")
+        async with http.post(
+            f"{base}/{pipeline}/run", json={"parameters": {"day": "2026-12-02"}}
+        ) as answer:
+            run = await answer.json()
+        if answer.status == 201:
+            log(
+                f"POST /api/v1/data-pipelines/{pipeline}/run → 201: "
+                f"{run['workflow']['namespace']}/{run['workflow']['name']} (watch it below)"
+            )
+        else:
+            log(f"POST .../run → {answer.status} {run}")
+        await asyncio.sleep(10)
+        changed = json.loads(json.dumps(DEMO_PIPELINE))
+        changed["definition"]["spec"]["steps"][2]["retries"] = {"limit": 3}
+        async with http.put(f"{base}/{pipeline}", json=changed) as answer:
+            status = answer.status
+        async with http.get(f"{base}/{pipeline}/versions") as answer:
+            versions = await answer.json()
+        listed = ", ".join(
+            f"v{v['version']}{' (current)' if v['current'] else ''}" for v in versions["items"]
+        )
+        log(f"PUT /api/v1/data-pipelines/{pipeline} → {status}: versions {listed}")
+
+
 async def cluster_names(http: object) -> dict[str, str]:
     import aiohttp
 
@@ -204,6 +336,13 @@ async def main() -> None:
     await apply_migrations(url)  # the deployables would too; the feed below needs the tables
     python = sys.executable
     processes: dict[str, subprocess.Popen[bytes]] = {}
+    aws = {"AWS_ACCESS_KEY_ID": "demo", "AWS_SECRET_ACCESS_KEY": "demo-secret"}
+    processes["moto"] = start(
+        "moto",
+        [python, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(MOTO_PORT)],
+        {**os.environ, **aws},
+    )
+    await create_bucket()
     processes["sim"] = start(
         "sim",
         [
@@ -220,6 +359,10 @@ async def main() -> None:
             "0.5",
             "--pod-gc-delay",
             "20",
+            "--s3-endpoint",
+            S3_ENDPOINT,
+            "--bucket",
+            BUCKET,
         ],
         dict(os.environ),
     )
@@ -239,6 +382,15 @@ async def main() -> None:
             "KUBEOPERA_API_BASE_URL": registry["url"],
             "KUBEOPERA_API_INTERNAL_KEY": registry["key"],
             "COMPILER_URL": "http://127.0.0.1:8122",
+            **aws,
+            "AWS_REGION": "us-east-1",
+            "S3_ENDPOINT_URL": S3_ENDPOINT,
+            "IAM_ENDPOINT_URL": S3_ENDPOINT,
+            "ARTIFACT_BUCKET": BUCKET,
+            "ARTIFACT_IAM_USER_PATH": "/kubeopera/tenants/",
+            "ARTIFACT_IAM_USER_PREFIX": "kubeopera-",
+            "ARTIFACT_IAM_BOUNDARY_ARN": "arn:aws:iam::123456789012:policy/kubeopera-tenants",
+            "ARGO_DATA_SERVER_URL": "https://argo-server.argo.svc:2746",
             "LOG_JSON": "false",
             "POD_NAME": "demo",
         }
@@ -262,6 +414,7 @@ async def main() -> None:
         log("live run changes from GET /api/v1/workflows/stream (Ctrl-C to stop):")
         feed_task = asyncio.create_task(feed())
         showcase_task = asyncio.create_task(showcase())
+        showcases = [showcase_task, asyncio.create_task(pipelines_showcase())]
         while True:
             await asyncio.sleep(1)
             for name, process in processes.items():
@@ -270,8 +423,10 @@ async def main() -> None:
                     raise SystemExit(1)
             if feed_task.done():
                 feed_task.result()
-            if showcase_task.done() and showcase_task.exception():
-                log(f"showcase failed: {showcase_task.exception()!r}")
+            for task in [t for t in showcases if t.done()]:
+                showcases.remove(task)
+                if not task.cancelled() and task.exception():
+                    log(f"showcase failed: {task.exception()!r}")
     finally:
         for process in processes.values():
             if process.poll() is None:

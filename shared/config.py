@@ -99,6 +99,7 @@ class Settings(BaseSettings):
     DB_POOL_MIN: int = Field(default=1, ge=0)
     DB_POOL_MAX: int = Field(default=10, ge=1)
     S3_ENDPOINT_URL: str | None = None  # object storage other than AWS (moto, MinIO)
+    IAM_ENDPOINT_URL: str | None = None  # IAM other than AWS's (moto in tests and the demo)
     INTERNAL_API_KEY: SecretStr | None = None  # deployable-to-deployable calls
     COMPILER_URL: str = "http://workflow-manager-compiler.workflow-manager.svc:8120"
     CLUSTER_REFRESH_INTERVAL: Seconds = 300.0

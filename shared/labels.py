@@ -57,3 +57,17 @@ ARGO_DEFAULT_ARTIFACT_REPOSITORY: Final = "workflows.argoproj.io/default-artifac
 EVENTS_SENSOR: Final = "events.argoproj.io/sensor"
 EVENTS_TRIGGER: Final = "events.argoproj.io/trigger"
 SENSOR_KIND: Final = "Sensor"
+
+# --- tenant provisioning (objects the compiler keeps converged in tenant namespaces) ----------
+# On every object we provision, so our objects can be listed and told apart from others'.
+MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY_US: Final = "workflow-manager"
+# The tenant a provisioned namespace (and each object in it) belongs to.
+TENANT: Final = "kubeopera.io/tenant"
+# Annotation on a tenant namespace: the provisioning spec hash last applied to it in full.
+PROVISIONING_SPEC_HASH: Final = "kubeopera.io/provisioning-spec-hash"
+# Pod Security admission (namespace labels).
+POD_SECURITY_ENFORCE: Final = "pod-security.kubernetes.io/enforce"
+POD_SECURITY_ENFORCE_VERSION: Final = "pod-security.kubernetes.io/enforce-version"
+# Argo: the Secret holding a service account's token, when it is not found by name.
+ARGO_SERVICE_ACCOUNT_TOKEN_NAME: Final = "workflows.argoproj.io/service-account-token.name"

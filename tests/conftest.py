@@ -21,7 +21,8 @@ ADMIN_DSN = os.environ.get("WM_TEST_ADMIN_DSN", "postgresql://postgres@127.0.0.1
 REDIS_URL = os.environ.get("WM_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 
 # Tables emptied between integration tests (every table but the migration ledger).
-_STATE_TABLES = ("run_actions", "run_changes", "access_grants", "runs", "clusters")
+# Every table of the schema is emptied before each test except the migrations' own record.
+_KEPT_TABLES = ("schema_migrations",)
 
 
 def dsn_for(database: str) -> str:
@@ -59,7 +60,13 @@ async def db(database_url: str) -> AsyncIterator[asyncpg.Pool]:
 
     pool = await create_pool(database_url, min_size=1, max_size=4)
     try:
-        await pool.execute(f"TRUNCATE {', '.join(_STATE_TABLES)} RESTART IDENTITY CASCADE")
+        tables = await pool.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'workflow_manager' "
+            "AND tablename <> ALL($1::text[])",
+            list(_KEPT_TABLES),
+        )
+        names = ", ".join(f'"{row["tablename"]}"' for row in tables)
+        await pool.execute(f"TRUNCATE {names} RESTART IDENTITY CASCADE")
         yield pool
     finally:
         await pool.close()

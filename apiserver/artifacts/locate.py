@@ -4,7 +4,9 @@ whether we may read that location. Purely computational.
 Artifact locations come from the workflow's status, which whoever submitted the workflow can
 shape, so a location is never trusted: it must be S3, in the bucket workflow-manager serves
 (ARTIFACT_BUCKET), and — unless the caller is an administrator — under the run's namespace
-prefix ``<namespace>/``, so that a tenant's run cannot point at another tenant's objects. The
+prefix (``shared.storage.namespace_prefix``: ``tenants/<tenant>/`` for a tenant's data
+namespace, ``<namespace>/`` elsewhere), so that a tenant's run cannot point at another tenant's
+objects. The
 endpoint a location names is ignored: we read with our own client.
 """
 
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.errors import DependencyDown, Forbidden, NotFound
+from shared.storage import namespace_prefix
 
 MAIN_LOGS = "main-logs"
 _UNRESOLVED = re.compile(r"{{[^}]*}}")
@@ -84,10 +87,11 @@ def checked_location(
             f"the {what} is stored outside the platform's bucket",
             details={"reason": "foreign_bucket"},
         )
-    if not admin and not key.startswith(f"{namespace}/"):
+    prefix = namespace_prefix(namespace)
+    if not admin and not key.startswith(prefix):
         raise Forbidden(
             f"the {what} is stored outside its namespace's prefix",
-            details={"reason": "outside_prefix", "prefix": f"{namespace}/"},
+            details={"reason": "outside_prefix", "prefix": prefix},
         )
     return ObjectRef(bucket=bucket, key=key)
 

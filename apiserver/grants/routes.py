@@ -31,7 +31,7 @@ def _item(row: Any) -> dict[str, Any]:
 
 def _grant_fields(values: dict[str, Any]) -> tuple[str, str, str]:
     tenant = text_field(values, "tenant", max_length=48)
-    if not TENANT_ID.match(tenant):
+    if not TENANT_ID.fullmatch(tenant):
         raise Invalid("tenant: not a valid tenant id", details={"parameter": "tenant"})
     return tenant, text_field(values, "cluster_id"), text_field(values, "namespace", max_length=63)
 

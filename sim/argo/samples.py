@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from shared.storage import namespace_prefix
 from sim.argo.naming import Obj
 from sim.kube.types import ApiError, ResourceType
 
@@ -214,11 +215,12 @@ def install_samples(store: ClusterStore, *, bucket: str | None = None) -> None:
         for template in sample_templates():
             _create(store, templates, namespace, template)
         if bucket and namespace.startswith("kubeopera-"):
+            key_format = f"{namespace_prefix(namespace)}{{{{workflow.name}}}}/{{{{pod.name}}}}"
             repository = {
                 "archiveLogs": True,
                 "s3": {
                     "bucket": bucket,
-                    "keyFormat": f"{namespace}/{{{{workflow.name}}}}/{{{{pod.name}}}}",
+                    "keyFormat": key_format,
                 },
             }
             _create(

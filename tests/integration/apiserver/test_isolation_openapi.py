@@ -35,6 +35,40 @@ EXPECTED: dict[tuple[str, str], tuple[str, int]] = {
     ("POST", "/internal/v1/clusters/refresh"): ("/internal/v1/clusters/refresh", 202),
     ("GET", "/api/v1/openapi.json"): ("/api/v1/openapi.json", 200),
 }
+# Pipelines: globex may read pipelines but not write or run them here (the compiler's own
+# tenant checks on writes are tested with a real compiler in tests/integration/compiler).
+ACME_PIPELINE = "acmerun"
+for _kind in ("data-pipelines", "ml-pipelines"):
+    _base = f"/api/v1/{_kind}"
+    _item = f"{_base}/{ACME_PIPELINE}"
+    EXPECTED |= {
+        ("GET", _base): (_base, 200),
+        ("POST", _base): (_base, 403),
+        ("POST", f"{_base}/validate"): (f"{_base}/validate", 403),
+        ("GET", f"{_base}/{{id}}"): (_item, 404),
+        ("PUT", f"{_base}/{{id}}"): (_item, 403),
+        ("DELETE", f"{_base}/{{id}}"): (_item, 403),
+        ("GET", f"{_base}/{{id}}/versions"): (f"{_item}/versions", 404),
+        ("POST", f"{_base}/{{id}}/rollback"): (f"{_item}/rollback", 403),
+        ("POST", f"{_base}/{{id}}/run"): (f"{_item}/run", 403),
+    }
+
+
+async def _acme_pipelines(api: Api) -> None:
+    await api.pool.execute("INSERT INTO tenants (id) VALUES ('acme')")
+    for kind in ("data", "ml"):
+        pipeline_id = ACME_PIPELINE if kind == "data" else f"{ACME_PIPELINE}ml"
+        await api.pool.execute(
+            "INSERT INTO pipelines (id, tenant, kind, name, definition_type, current_version, "
+            "latest_version, created_by) VALUES ($1, 'acme', $2, 'acme-run', 'yaml', 1, 1, 'a')",
+            pipeline_id,
+            kind,
+        )
+        await api.pool.execute(
+            "INSERT INTO pipeline_versions (pipeline_id, version, definition, template_name, "
+            "template, created_by) VALUES ($1, 1, '{}', 'p-acme-run-v1', '{}', 'a')",
+            pipeline_id,
+        )
 
 
 async def test_tenant_a_never_reaches_tenant_b(api: Api) -> None:
@@ -53,7 +87,7 @@ async def test_tenant_a_never_reaches_tenant_b(api: Api) -> None:
                             "location": {
                                 "kind": "s3",
                                 "bucket": "b",
-                                "key": "kubeopera-data-acme/acme-run/out.tgz",
+                                "key": "tenants/acme/artifacts/acme-run/out.tgz",
                             },
                         }
                     ]
@@ -62,9 +96,10 @@ async def test_tenant_a_never_reaches_tenant_b(api: Api) -> None:
         ]
     }
     await api.write(record("acme-run", graph=graph, template="etl"))
+    await _acme_pipelines(api)
     routes = {(spec.method, spec.path) for spec in route_specs()}
     assert routes == set(EXPECTED), "a route without an isolation expectation"
-    globex = headers("globex")
+    globex = headers("globex", permissions="workflows.read,workflows.act,pipelines.read")
     for (method, _), (path, status) in EXPECTED.items():
         if path.endswith("/stream"):
             async with api.client.get(path, headers=globex) as response:

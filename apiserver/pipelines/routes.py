@@ -1,0 +1,412 @@
+"""``/data-pipelines`` and ``/ml-pipelines``: the same routes for both kinds.
+
+Reads (list, read, versions) come straight from PostgreSQL, scoped to the caller's tenant (an
+administrator not acting for a tenant sees every tenant's); another tenant's pipeline is
+indistinguishable from a missing one. Everything that renders, checks or applies (validate,
+create, update, delete, rollback, run) goes to the compiler's internal API with the effective
+tenant and the actor; writing needs a tenant, so an administrator writes through
+``acting_tenant``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from aiohttp import web
+
+from apiserver.auth import Identity, Permission, identity_of
+from apiserver.params import query_params
+from apiserver.routing import API_PREFIX, Param, RouteSpec
+from apiserver.runs.query import iso
+from apiserver.services import SERVICES, Services
+from shared.db.pool import translate_db_errors
+from shared.errors import DependencyDown, Invalid, NotFound
+from shared.web import json_body
+
+MAX_BODY: Final = 1024 * 1024
+DEFAULT_LIMIT: Final = 50
+MAX_LIMIT: Final = 500
+_KINDS: Final = {"data-pipelines": "data", "ml-pipelines": "ml"}
+_ID_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_PIPELINE_COLUMNS: Final = (
+    "id, tenant, kind, name, description, definition_type, current_version, latest_version, "
+    "created_by, created_at, updated_at"
+)
+
+
+def _kind(request: web.Request) -> str:
+    return _KINDS[request.path.removeprefix(f"{API_PREFIX}/").split("/", 1)[0]]
+
+
+def _pipeline_id(request: web.Request) -> str:
+    pipeline_id = request.match_info["id"]
+    if not pipeline_id or len(pipeline_id) > 40 or not set(pipeline_id) <= _ID_CHARS:
+        raise NotFound(f"no pipeline {pipeline_id!r}", details={"id": pipeline_id})
+    return pipeline_id
+
+
+def _writer(identity: Identity) -> str:
+    if identity.tenant is None:
+        raise Invalid(
+            "an administrator writes pipelines for one tenant: give acting_tenant",
+            details={"parameter": "acting_tenant"},
+        )
+    return identity.tenant
+
+
+def _limit(params: Mapping[str, list[str]]) -> int:
+    values = params.get("limit") or [str(DEFAULT_LIMIT)]
+    text = values[0]
+    if len(values) > 1 or not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        raise Invalid(f"limit: expected 1 to {MAX_LIMIT}", details={"parameter": "limit"})
+    return int(text)
+
+
+def _encode_cursor(key: list[Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode().rstrip("=")
+
+
+def _decode_cursor(params: Mapping[str, list[str]], shape: tuple[type, ...]) -> list[Any] | None:
+    values = params.get("cursor")
+    if not values:
+        return None
+    text = values[0]
+    try:
+        key = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        key = None
+    if (
+        not isinstance(key, list)
+        or len(key) != len(shape)
+        or not all(type(part) is kind for part, kind in zip(key, shape, strict=True))
+    ):
+        raise Invalid("cursor: malformed cursor", details={"parameter": "cursor"})
+    return key
+
+
+def _pipeline_item(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "tenant": row["tenant"],
+        "kind": row["kind"],
+        "name": row["name"],
+        "description": row["description"],
+        "definition_type": row["definition_type"],
+        "current_version": row["current_version"],
+        "latest_version": row["latest_version"],
+        "created_by": row["created_by"],
+        "created_at": iso(row["created_at"]),
+        "updated_at": iso(row["updated_at"]),
+    }
+
+
+def _version_item(row: Mapping[str, Any], *, full: bool) -> dict[str, Any]:
+    item = {
+        "version": row["version"],
+        "template_name": row["template_name"],
+        "template_applied": row["template_removed_at"] is None,
+        "parameters": row["parameters"],
+        "created_by": row["created_by"],
+        "created_at": iso(row["created_at"]),
+    }
+    if full:
+        item["definition"] = row["definition"]
+        item["template"] = row["template"]
+    return item
+
+
+async def _pipeline_row(services: Services, identity: Identity, kind: str, pipeline_id: str) -> Any:
+    with translate_db_errors():
+        row = await services.pool.fetchrow(
+            f"SELECT {_PIPELINE_COLUMNS} FROM pipelines WHERE id = $1 AND kind = $2 "
+            "AND ($3::text IS NULL OR tenant = $3)",
+            pipeline_id,
+            kind,
+            identity.tenant,
+        )
+    if row is None:
+        raise NotFound(f"no {kind} pipeline {pipeline_id!r}", details={"id": pipeline_id})
+    return row
+
+
+# --- reads -------------------------------------------------------------------------------------
+async def list_pipelines(request: web.Request) -> web.Response:
+    services = request.app[SERVICES]
+    identity = identity_of(request)
+    params = query_params(request, {"limit", "cursor", "q"})
+    limit = _limit(params)
+    after = _decode_cursor(params, (str, str))
+    text = (params.get("q") or [""])[0].strip()
+    if len(text) > 100:
+        raise Invalid("q: at most 100 characters", details={"parameter": "q"})
+    pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    where = "kind = $1 AND ($2::text IS NULL OR tenant = $2) AND name ILIKE $3"
+    with translate_db_errors():
+        rows = await services.pool.fetch(
+            f"SELECT {_PIPELINE_COLUMNS} FROM pipelines WHERE {where} "
+            "AND ($4::text IS NULL OR (name, id) > ($4, $5)) ORDER BY name, id LIMIT $6",
+            _kind(request),
+            identity.tenant,
+            pattern,
+            after[0] if after else None,
+            after[1] if after else "",
+            limit + 1,
+        )
+        total = await services.pool.fetchval(
+            f"SELECT count(*) FROM pipelines WHERE {where}",
+            _kind(request),
+            identity.tenant,
+            pattern,
+        )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    cursor = _encode_cursor([rows[-1]["name"], rows[-1]["id"]]) if more else None
+    return web.json_response(
+        {"items": [_pipeline_item(row) for row in rows], "next_cursor": cursor, "total": total}
+    )
+
+
+async def read_pipeline(request: web.Request) -> web.Response:
+    services = request.app[SERVICES]
+    identity = identity_of(request)
+    query_params(request, set())
+    kind, pipeline_id = _kind(request), _pipeline_id(request)
+    row = await _pipeline_row(services, identity, kind, pipeline_id)
+    with translate_db_errors():
+        version = await services.pool.fetchrow(
+            "SELECT * FROM pipeline_versions WHERE pipeline_id = $1 AND version = $2",
+            pipeline_id,
+            row["current_version"],
+        )
+    item = _pipeline_item(row)
+    item["current"] = _version_item(version, full=True) if version is not None else None
+    return web.json_response(item)
+
+
+async def list_versions(request: web.Request) -> web.Response:
+    services = request.app[SERVICES]
+    identity = identity_of(request)
+    params = query_params(request, {"limit", "cursor"})
+    limit = _limit(params)
+    after = _decode_cursor(params, (int,))
+    kind, pipeline_id = _kind(request), _pipeline_id(request)
+    pipeline = await _pipeline_row(services, identity, kind, pipeline_id)
+    with translate_db_errors():
+        rows = await services.pool.fetch(
+            "SELECT * FROM pipeline_versions WHERE pipeline_id = $1 "
+            "AND ($2::int IS NULL OR version < $2) ORDER BY version DESC LIMIT $3",
+            pipeline_id,
+            after[0] if after else None,
+            limit + 1,
+        )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    items = []
+    for row in rows:
+        item = _version_item(row, full=True)
+        item["current"] = row["version"] == pipeline["current_version"]
+        items.append(item)
+    return web.json_response(
+        {
+            "items": items,
+            "next_cursor": _encode_cursor([rows[-1]["version"]]) if more else None,
+            "total": pipeline["latest_version"],
+        }
+    )
+
+
+# --- through the compiler ----------------------------------------------------------------------
+async def _compile(
+    request: web.Request, method: str, path: str, extra: Mapping[str, Any]
+) -> dict[str, Any]:
+    services = request.app[SERVICES]
+    if services.compiler is None:
+        raise DependencyDown("no pipeline compiler is configured (COMPILER_URL)")
+    identity = identity_of(request)
+    body = {"tenant": _writer(identity), "actor": identity.actor, **extra}
+    return await services.compiler.call(method, path, body)
+
+
+async def validate(request: web.Request) -> web.Response:
+    query_params(request, set())
+    pipeline = await json_body(request, max_body=MAX_BODY)
+    result = await _compile(request, "POST", f"{_kind(request)}/validate", {"pipeline": pipeline})
+    return web.json_response(result)
+
+
+async def create(request: web.Request) -> web.Response:
+    query_params(request, set())
+    pipeline = await json_body(request, max_body=MAX_BODY)
+    result = await _compile(request, "POST", _kind(request), {"pipeline": pipeline})
+    return web.json_response(result, status=201)
+
+
+async def update(request: web.Request) -> web.Response:
+    query_params(request, set())
+    pipeline = await json_body(request, max_body=MAX_BODY)
+    path = f"{_kind(request)}/{_pipeline_id(request)}"
+    return web.json_response(await _compile(request, "PUT", path, {"pipeline": pipeline}))
+
+
+async def delete(request: web.Request) -> web.Response:
+    query_params(request, set())
+    path = f"{_kind(request)}/{_pipeline_id(request)}"
+    return web.json_response(await _compile(request, "DELETE", path, {}))
+
+
+async def rollback(request: web.Request) -> web.Response:
+    query_params(request, set())
+    body = await json_body(request)
+    unknown = sorted(set(body) - {"version"})
+    if unknown:
+        raise Invalid(f"{unknown[0]}: unknown field", details={"parameter": unknown[0]})
+    path = f"{_kind(request)}/{_pipeline_id(request)}/rollback"
+    return web.json_response(
+        await _compile(request, "POST", path, {"version": body.get("version")})
+    )
+
+
+async def run(request: web.Request) -> web.Response:
+    query_params(request, set())
+    body = await json_body(request, required=False)
+    unknown = sorted(set(body) - {"parameters"})
+    if unknown:
+        raise Invalid(f"{unknown[0]}: unknown field", details={"parameter": unknown[0]})
+    path = f"{_kind(request)}/{_pipeline_id(request)}/run"
+    result = await _compile(request, "POST", path, {"parameters": body.get("parameters") or {}})
+    return web.json_response(result, status=201)
+
+
+_ACTING = Param("acting_tenant", "An administrator acting for this tenant.")
+_PAGE = (
+    Param("limit", f"Page size, 1 to {MAX_LIMIT} (default {DEFAULT_LIMIT}).", type="integer"),
+    Param("cursor", "The next_cursor of the previous page."),
+)
+_PIPELINE_BODY = {
+    "type": "object",
+    "required": ["name", "definition"],
+    "properties": {
+        "name": {"type": "string"},
+        "description": {"type": "string"},
+        "parameters": {"type": "object", "description": "Defaults of declared parameters."},
+        "definition": {
+            "type": "object",
+            "description": "{type: wizard, spec} or {type: yaml, template} (docs/api.md).",
+        },
+    },
+}
+_ERRORS = {400: "Error", 403: "Error", 404: "Error", 409: "Error", 422: "Error", 503: "Error"}
+
+
+def _routes(prefix: str, what: str) -> tuple[RouteSpec, ...]:
+    base = f"{API_PREFIX}/{prefix}"
+    item = f"{base}/{{id}}"
+    read, write = Permission.PIPELINES_READ, Permission.PIPELINES_WRITE
+    return (
+        RouteSpec(
+            "GET",
+            base,
+            list_pipelines,
+            read,
+            f"{what} of the caller's tenant, by name.",
+            prefix,
+            query=(*_PAGE, Param("q", "Only names containing this text."), _ACTING),
+            responses={200: "PipelineList", 400: "Error", 403: "Error"},
+        ),
+        RouteSpec(
+            "POST",
+            base,
+            create,
+            write,
+            "Create a pipeline: render, check, lint, apply its template, record version 1.",
+            prefix,
+            query=(_ACTING,),
+            body=_PIPELINE_BODY,
+            responses={201: "PipelineSaved", **_ERRORS},
+        ),
+        RouteSpec(
+            "POST",
+            f"{base}/validate",
+            validate,
+            write,
+            "Render, check and lint a pipeline without saving it.",
+            prefix,
+            query=(_ACTING,),
+            body=_PIPELINE_BODY,
+            responses={200: "PipelineValidation", **_ERRORS},
+        ),
+        RouteSpec(
+            "GET",
+            item,
+            read_pipeline,
+            read,
+            "A pipeline with its current version.",
+            prefix,
+            query=(_ACTING,),
+            responses={200: "Pipeline", 403: "Error", 404: "Error"},
+        ),
+        RouteSpec(
+            "PUT",
+            item,
+            update,
+            write,
+            "Update a pipeline: a new version, which becomes current.",
+            prefix,
+            query=(_ACTING,),
+            body=_PIPELINE_BODY,
+            responses={200: "PipelineSaved", **_ERRORS},
+        ),
+        RouteSpec(
+            "DELETE",
+            item,
+            delete,
+            write,
+            "Delete a pipeline, its versions and its templates (its runs stay in history).",
+            prefix,
+            query=(_ACTING,),
+            responses={200: "PipelineDeleted", **_ERRORS},
+        ),
+        RouteSpec(
+            "GET",
+            f"{item}/versions",
+            list_versions,
+            read,
+            "Version history, newest first.",
+            prefix,
+            query=(*_PAGE, _ACTING),
+            responses={200: "PipelineVersionList", 400: "Error", 403: "Error", 404: "Error"},
+        ),
+        RouteSpec(
+            "POST",
+            f"{item}/rollback",
+            rollback,
+            write,
+            "Make an earlier version current again.",
+            prefix,
+            query=(_ACTING,),
+            body={
+                "type": "object",
+                "required": ["version"],
+                "properties": {"version": {"type": "integer"}},
+            },
+            responses={200: "PipelineRollback", **_ERRORS},
+        ),
+        RouteSpec(
+            "POST",
+            f"{item}/run",
+            run,
+            Permission.PIPELINES_RUN,
+            "Run the current version now, with parameter overrides.",
+            prefix,
+            query=(_ACTING,),
+            body={"type": "object", "properties": {"parameters": {"type": "object"}}},
+            responses={201: "PipelineRun", **_ERRORS},
+        ),
+    )
+
+
+ROUTES = (*_routes("data-pipelines", "Data pipelines"), *_routes("ml-pipelines", "ML pipelines"))

@@ -1,0 +1,304 @@
+"""What a tenant saves, and the checked WorkflowTemplate it becomes. Purely computational.
+
+A save, an update and a validate all carry the same body (docs/api.md, "Pipelines"):
+``{"name", "description", "parameters", "definition", "schedule", "triggers",
+"notifications"}``. ``render`` turns it into the stamped template that will be applied:
+
+1. the definition gives an unstamped WorkflowTemplate: a wizard specification is compiled
+   (``compiler.compile``), YAML is parsed with hard limits (``compiler.yamldoc``); a Git
+   definition has no text to render until Git sync fetches it, so it is refused here;
+2. the body's ``parameters`` (``{name: default}``) replace the defaults of parameters the
+   template declares; naming one it does not declare is an error, not a silent no-op;
+3. ``compiler.stamping`` gives it our identity, namespace, labels and service accounts;
+4. the allowlist (``compiler.allowlist``) and Argo's schema (``compiler.argo_schema``) judge the
+   stamped document together, so a refusal lists every violation of both at once (422).
+
+Argo's own lint, the third opinion, needs the Argo server and is called by the service
+(``compiler.pipelines``). ``run_arguments`` checks a run's parameter overrides against what the
+version declares.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from compiler import allowlist, argo_schema
+from compiler.compile import StepLimits, compile_wizard
+from compiler.spec import parameter_value
+from compiler.stamping import PipelineKind, stamp
+from compiler.yamldoc import parse_template_yaml
+from shared import labels as L
+from shared import storage
+from shared.errors import Invalid
+
+MAX_YAML: Final = 512 * 1024
+_NAME: Final = r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,99}$"
+_PARAM_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,62}$")
+
+ParameterValue = str | int | float | bool
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WizardDefinition(_Model):
+    type: Literal["wizard"]
+    spec: dict[str, Any]
+
+
+class YamlDefinition(_Model):
+    type: Literal["yaml"]
+    template: Annotated[str, Field(min_length=1, max_length=MAX_YAML)]
+
+
+class GitDefinition(_Model):
+    type: Literal["git"]
+    repository: Annotated[str, Field(min_length=1, max_length=2048)]
+    branch: Annotated[str, Field(min_length=1, max_length=255)] = "main"
+    path: Annotated[str, Field(min_length=1, max_length=1024)]
+    credentials_secret: str | None = None
+
+
+Definition = Annotated[
+    WizardDefinition | YamlDefinition | GitDefinition, Field(discriminator="type")
+]
+
+
+class PipelineBody(_Model):
+    """The body of create, update and validate."""
+
+    name: Annotated[str, Field(pattern=_NAME)]
+    description: Annotated[str, Field(max_length=2000)] = ""
+    parameters: dict[str, ParameterValue] = {}
+    definition: Definition
+    schedule: Any = None
+    triggers: Any = None
+    notifications: Any = None
+
+
+def _field(location: Sequence[int | str]) -> str:
+    text = ""
+    for part in location:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "body"
+
+
+def parse_body(data: object) -> PipelineBody:
+    """The validated body; ``Invalid`` names every offending field."""
+    try:
+        body = PipelineBody.model_validate(data)
+    except ValidationError as exc:
+        errors = [
+            {"field": _field(error["loc"]), "message": error["msg"]} for error in exc.errors()
+        ]
+        summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
+        raise Invalid(f"the pipeline is invalid: {summary}", details={"errors": errors}) from exc
+    # Schedules, event triggers and notifications become CronWorkflows, sensors and deliveries
+    # with their own issues; accepting them now would promise runs that never happen.
+    for name in ("schedule", "triggers", "notifications"):
+        if getattr(body, name) not in (None, [], {}):
+            raise Invalid(
+                f"{name}: not available yet on this installation",
+                details={"errors": [{"field": name, "message": "not available yet"}]},
+            )
+    return body
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where and as what a version is rendered."""
+
+    tenant: str
+    pipeline_id: str
+    version: int
+    kind: PipelineKind
+    limits: StepLimits
+    artifact_bucket: str
+
+    @property
+    def namespace(self) -> str:
+        return f"{L.DATA_NAMESPACE_PREFIX}{self.tenant}"
+
+    @property
+    def artifact_prefix(self) -> str:
+        return storage.tenant_prefix(self.tenant)
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    template: dict[str, Any]  # stamped and checked
+    parameters: list[dict[str, Any]]  # declared: name, default?, description?, type?, enum?
+    warnings: list[str]
+
+
+def render(body: PipelineBody, target: Target) -> Rendered:
+    """The stamped, checked template of ``body``; Invalid (400) or Refused (422) otherwise."""
+    definition = body.definition
+    warnings: list[str] = []
+    types: dict[str, str] = {}
+    if isinstance(definition, WizardDefinition):
+        document = compile_wizard(
+            definition.spec,
+            tenant=target.tenant,
+            pipeline_id=target.pipeline_id,
+            version=target.version,
+            kind=target.kind,
+            limits=target.limits,
+        )
+        for parameter in definition.spec.get("parameters") or []:
+            if isinstance(parameter, Mapping) and isinstance(parameter.get("name"), str):
+                types[parameter["name"]] = str(parameter.get("type") or "string")
+    elif isinstance(definition, YamlDefinition):
+        document = parse_template_yaml(definition.template)
+        warnings += _overridden(document)
+    else:
+        raise Invalid(
+            "definition: Git-defined pipelines are not available yet on this installation",
+            details={"errors": [{"field": "definition.type", "message": "not available yet"}]},
+        )
+    _set_defaults(document, body.parameters)
+    stamped = stamp(
+        document,
+        tenant=target.tenant,
+        namespace=target.namespace,
+        pipeline_id=target.pipeline_id,
+        version=target.version,
+        kind=target.kind,
+    )
+    violations = _kind_violations(stamped)
+    violations += allowlist.check(
+        stamped,
+        namespace=target.namespace,
+        tenant=target.tenant,
+        artifact_bucket=target.artifact_bucket,
+        artifact_prefix=target.artifact_prefix,
+    )
+    if not violations:  # a refused document is not worth a schema opinion
+        violations += argo_schema.schema_violations(stamped)
+    allowlist.raise_if_refused(violations)
+    return Rendered(stamped, declared_parameters(stamped, types), warnings)
+
+
+def _kind_violations(document: Mapping[str, Any]) -> list[allowlist.Violation]:
+    found = []
+    if document.get("apiVersion") != "argoproj.io/v1alpha1":
+        found.append(allowlist.Violation("apiVersion", "kind", "expected argoproj.io/v1alpha1"))
+    if document.get("kind") != "WorkflowTemplate":
+        found.append(allowlist.Violation("kind", "kind", "a pipeline is a WorkflowTemplate"))
+    return found
+
+
+def _overridden(document: Mapping[str, Any]) -> list[str]:
+    """Warnings for what the tenant wrote that stamping replaces."""
+    warnings = []
+    metadata = document.get("metadata")
+    if isinstance(metadata, Mapping):
+        for key in ("name", "generateName", "namespace"):
+            if key in metadata:
+                warnings.append(f"metadata.{key} is set by workflow-manager; yours is ignored")
+    spec = document.get("spec")
+    if isinstance(spec, Mapping):
+        for key in ("serviceAccountName", "executor"):
+            if key in spec:
+                warnings.append(f"spec.{key} is set by workflow-manager; yours is ignored")
+    return warnings
+
+
+def _declared(document: Mapping[str, Any]) -> list[Any]:
+    spec = document.get("spec")
+    arguments = spec.get("arguments") if isinstance(spec, Mapping) else None
+    parameters = arguments.get("parameters") if isinstance(arguments, Mapping) else None
+    return parameters if isinstance(parameters, list) else []
+
+
+def _set_defaults(document: dict[str, Any], defaults: Mapping[str, ParameterValue]) -> None:
+    if not defaults:
+        return
+    by_name = {entry.get("name"): entry for entry in _declared(document) if isinstance(entry, dict)}
+    unknown = sorted(set(defaults) - set(by_name))
+    if unknown:
+        raise Invalid(
+            f"parameters.{unknown[0]}: the pipeline declares no such parameter",
+            details={
+                "errors": [
+                    {"field": f"parameters.{name}", "message": "not declared by the pipeline"}
+                    for name in unknown
+                ]
+            },
+        )
+    for name, value in defaults.items():
+        by_name[name]["value"] = parameter_value(value)
+
+
+def declared_parameters(
+    document: Mapping[str, Any], types: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The parameters a run may set: name, default (absent: required), description, enum."""
+    declared = []
+    for entry in _declared(document):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+            continue
+        item: dict[str, Any] = {"name": entry["name"]}
+        if "value" in entry:
+            item["default"] = str(entry["value"])
+        if isinstance(entry.get("description"), str):
+            item["description"] = entry["description"]
+        if isinstance(entry.get("enum"), list):
+            item["enum"] = [str(value) for value in entry["enum"]]
+        if types and entry["name"] in types:
+            item["type"] = types[entry["name"]]
+        declared.append(item)
+    return declared
+
+
+_TYPE_CHECKS: Final = {
+    "integer": re.compile(r"^[+-]?\d+$"),
+    "number": re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$"),
+    "boolean": re.compile(r"^(true|false)$"),
+}
+
+
+def run_arguments(
+    declared: Sequence[Mapping[str, Any]], overrides: Mapping[str, Any]
+) -> list[dict[str, str]]:
+    """The ``arguments.parameters`` of a run: overrides checked against the declaration.
+
+    Unknown names, wrong types, values outside an enum and required parameters left unset are
+    each reported (400), all at once.
+    """
+    by_name = {str(item["name"]): item for item in declared}
+    errors = []
+    for name in sorted(set(overrides) - set(by_name)):
+        errors.append({"field": f"parameters.{name}", "message": "not declared by the pipeline"})
+    arguments = []
+    for name, item in by_name.items():
+        if name in overrides:
+            raw = overrides[name]
+            if raw is None or isinstance(raw, dict | list):
+                errors.append({"field": f"parameters.{name}", "message": "expected a value"})
+                continue
+            value = parameter_value(raw)
+        elif "default" in item:
+            continue  # the template's default applies
+        else:
+            errors.append({"field": f"parameters.{name}", "message": "required: no default"})
+            continue
+        check = _TYPE_CHECKS.get(str(item.get("type") or "string"))
+        if check is not None and not check.match(value):
+            message = f"expected {'a' if item['type'] != 'integer' else 'an'} {item['type']}"
+            errors.append({"field": f"parameters.{name}", "message": message})
+        elif item.get("enum") and value not in item["enum"]:
+            allowed = ", ".join(item["enum"])
+            errors.append({"field": f"parameters.{name}", "message": f"expected one of {allowed}"})
+        else:
+            arguments.append({"name": name, "value": value})
+    if errors:
+        summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
+        raise Invalid(f"the run's parameters are invalid: {summary}", details={"errors": errors})
+    return arguments

@@ -1,0 +1,128 @@
+"""Whether a live object has left what we applied, and the body that puts it back.
+
+Purely computational. ``compiler.k8s_objects.KubeObjects.apply`` uses both for every object it
+converges: tenant namespaces' contents (``compiler.provisioning``) and pipeline templates.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any, Final
+
+# Fields compared whole when present in the desired object (metadata is compared key by key).
+OWNED_FIELDS: Final = (
+    "spec",
+    "data",
+    "rules",
+    "subjects",
+    "roleRef",
+    "automountServiceAccountToken",
+    "type",
+)
+# Metadata the server owns; never sent back on replace (managedFields omitted is kept as is).
+_SERVER_METADATA: Final = frozenset({"managedFields"})
+_QUANTITY_KINDS: Final = frozenset({"ResourceQuota", "LimitRange"})
+_QUANTITY: Final = re.compile(
+    r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$"
+)
+_SUFFIXES: Final[Mapping[str, Decimal]] = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "T": Decimal(10**12),
+    "P": Decimal(10**15),
+    "E": Decimal(10**18),
+}
+_BINARY: Final[Mapping[str, Decimal]] = {
+    f"{prefix}i": Decimal(2 ** (10 * (i + 1))) for i, prefix in enumerate("KMGTPE")
+}
+
+
+def quantity_value(text: str) -> Decimal | None:
+    """The number a Kubernetes quantity stands for ('1Gi', '500m', '2e3'), or None."""
+    match = _QUANTITY.match(text.strip())
+    if not match:
+        return None
+    number, exponent, suffix = match.groups()
+    try:
+        value = Decimal(number)
+        if exponent:
+            return value.scaleb(int(exponent[1:]))
+    except (InvalidOperation, ValueError):
+        return None
+    if suffix:
+        return value * (_BINARY.get(suffix) or _SUFFIXES[suffix])
+    return value
+
+
+def _same(desired: Any, live: Any, *, quantities: bool) -> bool:
+    if isinstance(desired, Mapping):
+        return (
+            isinstance(live, Mapping)
+            and set(desired) == set(live)
+            and all(_same(desired[key], live[key], quantities=quantities) for key in desired)
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(live, list)
+            and len(desired) == len(live)
+            and all(_same(d, v, quantities=quantities) for d, v in zip(desired, live, strict=True))
+        )
+    if quantities and isinstance(desired, str) and isinstance(live, str) and desired != live:
+        # The API server stores quantities in canonical form ("0.5" comes back as "500m").
+        ours, theirs = quantity_value(desired), quantity_value(live)
+        return ours is not None and ours == theirs
+    return bool(desired == live) and type(desired) is type(live)
+
+
+def drifted(desired: Mapping[str, Any], live: Mapping[str, Any]) -> bool:
+    """Whether ``live`` has left ``desired`` in a field we own. Purely computational.
+
+    Our labels and annotations must be there with our values (others may add their own); every
+    field of ``OWNED_FIELDS`` that we set must be equal as a whole, quantities by value. Fields
+    we do not set (a Namespace's spec, a token Secret's data, status) belong to others.
+    """
+    ours, theirs = desired.get("metadata") or {}, live.get("metadata") or {}
+    for part in ("labels", "annotations"):
+        wanted, present = ours.get(part) or {}, theirs.get(part) or {}
+        if any(present.get(key) != value for key, value in wanted.items()):
+            return True
+    quantities = desired.get("kind") in _QUANTITY_KINDS
+    return any(
+        not _same(desired[field], live.get(field), quantities=quantities)
+        for field in OWNED_FIELDS
+        if field in desired
+    )
+
+
+def replacement(desired: Mapping[str, Any], live: Mapping[str, Any]) -> dict[str, Any]:
+    """The body that replaces ``live`` with ``desired``: the live resourceVersion (so a
+    concurrent writer makes it fail with 409 rather than be overwritten), the live object's
+    other metadata, labels and annotations (ours win), and its fields we do not set (a
+    Namespace's spec, a token Secret's data). Purely computational."""
+    body = {
+        key: copy.deepcopy(value)
+        for key, value in live.items()
+        if key not in ("metadata", "status") and key not in desired
+    }
+    body.update(copy.deepcopy({key: value for key, value in desired.items() if key != "metadata"}))
+    live_metadata = live.get("metadata") or {}
+    metadata = {
+        key: copy.deepcopy(value)
+        for key, value in live_metadata.items()
+        if key not in _SERVER_METADATA
+    }
+    desired_metadata = desired.get("metadata") or {}
+    for part in ("labels", "annotations"):
+        merged = {**(live_metadata.get(part) or {}), **(desired_metadata.get(part) or {})}
+        if merged:
+            metadata[part] = merged
+    metadata["name"] = desired_metadata.get("name", live_metadata.get("name"))
+    body["metadata"] = metadata
+    return body

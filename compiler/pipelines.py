@@ -1,0 +1,395 @@
+"""Saving, versioning, rolling back, deleting and running pipelines (the compiler's service).
+
+Save = render → check → lint → apply the WorkflowTemplate → record the version, in that order
+and inside one transaction that holds the pipeline's row lock: a version row is only written
+once its template is on the cluster, so no version ever names a template that was never applied.
+If the commit fails after the apply, the template is orphaned under a version number nobody
+recorded; the next save of that pipeline takes the same number and replaces it.
+
+Each version has its own template (``p-<id>-v<N>``), so runs of recent versions can still be
+retried after newer saves. After each save the templates of all but the newest
+``PIPELINE_TEMPLATES_KEPT`` versions are deleted (the current one always stays); rolling back to a
+version whose template was collected applies its recorded document again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import asyncpg
+
+from compiler import definitions
+from compiler.compile import StepLimits
+from compiler.definitions import PipelineBody, Rendered, Target
+from compiler.pg_pipelines import PipelineRow, PipelineStore, VersionRow
+from compiler.stamping import PipelineKind, identity_labels, template_name
+from shared import labels as L
+from shared.db.pool import translate_db_errors
+from shared.errors import Conflict, DependencyDown, Invalid, NotFound, Refused
+from shared.logging import get_logger
+
+log = get_logger(__name__)
+
+ARGO_API_VERSION: Final = "argoproj.io/v1alpha1"
+TEMPLATE_KIND: Final = "WorkflowTemplate"
+
+
+class Objects(Protocol):
+    """The host cluster's objects (``compiler.k8s_objects.KubeObjects``)."""
+
+    async def apply(self, obj: Mapping[str, Any]) -> str: ...
+
+    async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    async def delete(
+        self, api_version: str, kind: str, namespace: str | None, name: str
+    ) -> bool: ...
+
+    async def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None,
+        label_selector: str | None = None,
+    ) -> list[dict[str, Any]]: ...
+
+
+class Tenants(Protocol):
+    """Provisioning on first use (``compiler.tenants.TenantProvisioner``)."""
+
+    async def ensure(self, tenant: str) -> None: ...
+
+
+Lint = Callable[[str, Mapping[str, Any]], Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    tenant: str
+    actor: str
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the settings fix for every render."""
+
+    data: StepLimits
+    ml: StepLimits
+    artifact_bucket: str
+    templates_kept: int = 10
+
+    def step_limits(self, kind: PipelineKind) -> StepLimits:
+        return self.ml if kind == L.PIPELINE_KIND_ML else self.data
+
+
+def new_pipeline_id() -> str:
+    """Short, DNS-safe and unguessable enough that ids never collide in practice."""
+    return uuid.uuid4().hex[:16]
+
+
+class PipelineService:
+    def __init__(
+        self,
+        *,
+        pool: asyncpg.Pool,
+        objects: Objects,
+        tenants: Tenants,
+        lint: Lint | None,
+        limits: Limits,
+    ) -> None:
+        self._pool = pool
+        self._objects = objects
+        self._tenants = tenants
+        self._lint = lint
+        self._limits = limits
+
+    # --- rendering ---------------------------------------------------------------------------
+    def _target(self, caller: Caller, kind: PipelineKind, pipeline_id: str, version: int) -> Target:
+        return Target(
+            tenant=caller.tenant,
+            pipeline_id=pipeline_id,
+            version=version,
+            kind=kind,
+            limits=self._limits.step_limits(kind),
+            artifact_bucket=self._limits.artifact_bucket,
+        )
+
+    async def _checked(self, body: PipelineBody, target: Target) -> Rendered:
+        rendered = definitions.render(body, target)
+        if self._lint is None:
+            return rendered
+        try:
+            await self._lint(target.namespace, rendered.template)
+        except Invalid as refused:  # Argo's own verdict on the document: a refusal, like ours
+            raise Refused(
+                f"the template was refused by Argo's linter: {refused.message}",
+                details={
+                    "violations": [{"path": "", "rule": "argo_lint", "message": refused.message}]
+                },
+            ) from None
+        except DependencyDown as down:
+            # The linter is a second opinion behind the allowlist and the schema: while the
+            # Argo server is unreachable, saves go on and say so.
+            log.warning("argo_lint_unavailable", reason=down.message)
+            return Rendered(
+                rendered.template,
+                rendered.parameters,
+                [*rendered.warnings, f"Argo's linter could not be reached: {down.message}"],
+            )
+        return rendered
+
+    async def validate(self, caller: Caller, kind: PipelineKind, data: object) -> dict[str, Any]:
+        """Render, check and lint without saving (the id is a placeholder)."""
+        body = definitions.parse_body(data)
+        rendered = await self._checked(body, self._target(caller, kind, "validate", 1))
+        return {"valid": True, "template": rendered.template, "warnings": rendered.warnings}
+
+    # --- saving ------------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[PipelineStore]:
+        with translate_db_errors():
+            async with self._pool.acquire() as conn, conn.transaction():
+                yield PipelineStore(conn)
+
+    async def create(self, caller: Caller, kind: PipelineKind, data: object) -> dict[str, Any]:
+        body = definitions.parse_body(data)
+        pipeline_id = new_pipeline_id()
+        rendered = await self._checked(body, self._target(caller, kind, pipeline_id, 1))
+        await self._tenants.ensure(caller.tenant)
+        async with self._transaction() as store:
+            if await store.name_taken(caller.tenant, kind, body.name):
+                raise Conflict(
+                    f"a {kind} pipeline named {body.name!r} exists already",
+                    details={"name": body.name},
+                )
+            await self._objects.apply(rendered.template)
+            try:
+                await store.insert_pipeline(
+                    pipeline_id=pipeline_id,
+                    tenant=caller.tenant,
+                    kind=kind,
+                    name=body.name,
+                    description=body.description,
+                    definition_type=body.definition.type,
+                    actor=caller.actor,
+                )
+            except asyncpg.UniqueViolationError:
+                raise Conflict(
+                    f"a {kind} pipeline named {body.name!r} exists already",
+                    details={"name": body.name},
+                ) from None
+            await self._record(store, pipeline_id, 1, body, rendered, caller)
+        log.info("pipeline_created", pipeline=pipeline_id, tenant=caller.tenant, kind=kind)
+        return self._saved(pipeline_id, 1, rendered)
+
+    async def update(
+        self, caller: Caller, kind: PipelineKind, pipeline_id: str, data: object
+    ) -> dict[str, Any]:
+        body = definitions.parse_body(data)
+        await self._tenants.ensure(caller.tenant)
+        async with self._transaction() as store:
+            pipeline = await self._locked(store, caller, kind, pipeline_id)
+            if await store.name_taken(caller.tenant, kind, body.name, other_than=pipeline_id):
+                raise Conflict(
+                    f"a {kind} pipeline named {body.name!r} exists already",
+                    details={"name": body.name},
+                )
+            version = pipeline.latest_version + 1
+            rendered = await self._checked(body, self._target(caller, kind, pipeline_id, version))
+            await self._objects.apply(rendered.template)
+            await self._record(store, pipeline_id, version, body, rendered, caller)
+            await store.point_at(
+                pipeline_id,
+                current=version,
+                latest=version,
+                name=body.name,
+                description=body.description,
+                definition_type=body.definition.type,
+            )
+            await self._collect(store, pipeline, current=version)
+        log.info("pipeline_updated", pipeline=pipeline_id, version=version, tenant=caller.tenant)
+        return self._saved(pipeline_id, version, rendered)
+
+    async def _record(
+        self,
+        store: PipelineStore,
+        pipeline_id: str,
+        version: int,
+        body: PipelineBody,
+        rendered: Rendered,
+        caller: Caller,
+    ) -> None:
+        await store.insert_version(
+            pipeline_id=pipeline_id,
+            version=version,
+            definition=body.definition.model_dump(mode="json"),
+            parameters=rendered.parameters,
+            template_name=template_name(pipeline_id, version),
+            template=rendered.template,
+            actor=caller.actor,
+        )
+
+    @staticmethod
+    def _saved(pipeline_id: str, version: int, rendered: Rendered) -> dict[str, Any]:
+        return {
+            "id": pipeline_id,
+            "version": version,
+            "template_name": template_name(pipeline_id, version),
+            "warnings": rendered.warnings,
+        }
+
+    async def _locked(
+        self, store: PipelineStore, caller: Caller, kind: PipelineKind, pipeline_id: str
+    ) -> PipelineRow:
+        pipeline = await store.lock(caller.tenant, kind, pipeline_id)
+        if pipeline is None:  # another tenant's pipeline is indistinguishable from none
+            raise NotFound(f"no {kind} pipeline {pipeline_id!r}", details={"id": pipeline_id})
+        return pipeline
+
+    async def _collect(self, store: PipelineStore, pipeline: PipelineRow, *, current: int) -> None:
+        """Delete the templates of all but the newest versions (template GC)."""
+        surplus = await store.surplus_templates(
+            pipeline.id, keep=self._limits.templates_kept, current=current
+        )
+        if not surplus:
+            return
+        namespace = f"{L.DATA_NAMESPACE_PREFIX}{pipeline.tenant}"
+        for name in surplus:
+            await self._objects.delete(ARGO_API_VERSION, TEMPLATE_KIND, namespace, name)
+        await store.mark_removed(pipeline.id, surplus)
+        log.info("templates_collected", pipeline=pipeline.id, removed=len(surplus))
+
+    # --- rollback, delete, run ---------------------------------------------------------------
+    async def rollback(
+        self, caller: Caller, kind: PipelineKind, pipeline_id: str, version: object
+    ) -> dict[str, Any]:
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise Invalid("version: expected a version number", details={"parameter": "version"})
+        async with self._transaction() as store:
+            pipeline = await self._locked(store, caller, kind, pipeline_id)
+            row = await store.version(pipeline_id, version)
+            if row is None:
+                raise NotFound(
+                    f"pipeline {pipeline_id!r} has no version {version}",
+                    details={"id": pipeline_id, "version": version},
+                )
+            restored = row.template_removed_at is not None
+            if restored:
+                await self._objects.apply(row.template)
+                await store.mark_restored(pipeline_id, version)
+            await store.point_at(pipeline_id, current=version, latest=pipeline.latest_version)
+            await self._collect(store, pipeline, current=version)
+        log.info("pipeline_rolled_back", pipeline=pipeline_id, version=version, restored=restored)
+        return {"id": pipeline_id, "current_version": version, "template_restored": restored}
+
+    async def delete(self, caller: Caller, kind: PipelineKind, pipeline_id: str) -> dict[str, Any]:
+        """Delete the pipeline, its versions and every template it applied (runs stay)."""
+        async with self._transaction() as store:
+            await self._locked(store, caller, kind, pipeline_id)
+            namespace = f"{L.DATA_NAMESPACE_PREFIX}{caller.tenant}"
+            selector = f"{L.PIPELINE_ID}={pipeline_id}"
+            templates = await self._objects.list(
+                ARGO_API_VERSION, TEMPLATE_KIND, namespace, label_selector=selector
+            )
+            for template in templates:
+                name = template.get("metadata", {}).get("name")
+                if isinstance(name, str):
+                    await self._objects.delete(ARGO_API_VERSION, TEMPLATE_KIND, namespace, name)
+            await store.delete(pipeline_id)
+        log.info("pipeline_deleted", pipeline=pipeline_id, templates=len(templates))
+        return {"id": pipeline_id, "deleted": True, "templates_removed": len(templates)}
+
+    async def run(
+        self, caller: Caller, kind: PipelineKind, pipeline_id: str, overrides: object
+    ) -> dict[str, Any]:
+        """Start a run of the current version with parameter overrides (checked first)."""
+        if overrides is None:
+            overrides = {}
+        if not isinstance(overrides, Mapping):
+            raise Invalid("parameters: expected an object", details={"parameter": "parameters"})
+        async with self._transaction() as store:
+            pipeline = await store.lock(caller.tenant, kind, pipeline_id)
+            if pipeline is None:
+                raise NotFound(f"no {kind} pipeline {pipeline_id!r}", details={"id": pipeline_id})
+            version = await store.version(pipeline_id, pipeline.current_version)
+            cluster_id = await store.host_cluster_id()
+        if version is None:  # the schema makes this impossible; say so if it ever happens
+            raise Conflict("the pipeline's current version is missing", details={"id": pipeline_id})
+        arguments = definitions.run_arguments(version.parameters, dict(overrides))
+        await self._tenants.ensure(caller.tenant)
+        workflow = run_manifest(pipeline, version, arguments, actor=caller.actor)
+        namespace = workflow["metadata"]["namespace"]
+        parameters = {item["name"]: item["value"] for item in arguments}
+        try:
+            created = await self._objects.create(workflow)
+        except Exception as exc:
+            await self._audit(caller, cluster_id, namespace, version, parameters, "failed", exc)
+            raise
+        name = str(created.get("metadata", {}).get("name"))
+        await self._audit(caller, cluster_id, namespace, version, parameters, "succeeded", name)
+        log.info("pipeline_run", pipeline=pipeline_id, version=version.version, workflow=name)
+        return {
+            "id": pipeline_id,
+            "version": version.version,
+            "workflow": {"cluster": cluster_id, "namespace": namespace, "name": name},
+            "parameters": parameters,
+        }
+
+    async def _audit(
+        self,
+        caller: Caller,
+        cluster_id: str | None,
+        namespace: str,
+        version: VersionRow,
+        parameters: dict[str, str],
+        outcome: str,
+        result: object,
+    ) -> None:
+        detail: dict[str, Any] = {"pipeline_id": version.pipeline_id, "version": version.version}
+        if isinstance(result, BaseException):
+            detail["error"] = getattr(result, "code", type(result).__name__)
+            name = version.template_name
+        else:
+            name = str(result)
+        async with self._transaction() as store:
+            await store.record_action(
+                cluster_id=cluster_id or "host",
+                namespace=namespace,
+                name=name,
+                tenant=caller.tenant,
+                actor=caller.actor,
+                action="run",
+                parameters=parameters,
+                outcome=outcome,
+                detail=detail,
+            )
+
+
+def run_manifest(
+    pipeline: PipelineRow,
+    version: VersionRow,
+    arguments: list[dict[str, str]],
+    *,
+    actor: str,
+) -> dict[str, Any]:
+    """The Workflow a run creates: a reference to the version's template and nothing else the
+    tenant could not set themselves (the controller runs only template references)."""
+    labels = identity_labels(pipeline_id=pipeline.id, version=version.version, kind=pipeline.kind)
+    spec: dict[str, Any] = {"workflowTemplateRef": {"name": version.template_name}}
+    if arguments:
+        spec["arguments"] = {"parameters": arguments}
+    return {
+        "apiVersion": ARGO_API_VERSION,
+        "kind": "Workflow",
+        "metadata": {
+            "generateName": f"{version.template_name}-",
+            "namespace": f"{L.DATA_NAMESPACE_PREFIX}{pipeline.tenant}",
+            "labels": labels,
+            "annotations": {L.ARGO_CREATOR: actor[:63]},
+        },
+        "spec": spec,
+    }

@@ -1,0 +1,118 @@
+"""Provisioning one tenant namespace on the host cluster: apply, record, discover.
+
+``provision_tenant`` applies every object ``compiler.provisioning`` builds, in order, then
+records the spec hash on the namespace (annotation ``kubeopera.io/provisioning-spec-hash``) only
+once all of them were applied: a namespace carrying a hash is known to have converged to that
+spec in full, whatever the database says. ``compiler.tenants`` records the same hash in the
+``tenants`` table and runs the passes; a reconcile pass applies everything for every tenant
+whatever the recorded hash says, since drift (a deleted quota, an edited policy) leaves the hash
+unchanged, and an unchanged object costs one read.
+
+``discover_api_server`` finds the API server's addresses for the network policy (see
+``compiler.provisioning``); call it when building the spec, and again each pass so that a
+control plane that moves rolls out like any other change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from compiler.k8s_objects import KubeObjects
+from compiler.provisioning import (
+    ProvisioningSpec,
+    host_cidr,
+    spec_hash,
+    tenant_namespace,
+    tenant_objects,
+)
+from shared import labels as L
+from shared.errors import NotFound
+from shared.logging import get_logger
+
+log = get_logger(__name__)
+
+TENANT_PROVISIONED: Final = "tenant_provisioned"
+API_SERVER_NOT_FOUND: Final = "api_server_endpoints_not_found"
+
+# The Service in front of the API server, and the label its EndpointSlices carry.
+API_SERVER_NAMESPACE: Final = "default"
+API_SERVER_SERVICE: Final = "kubernetes"
+SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
+
+
+def _address_cidr(address: object) -> str | None:
+    try:
+        return host_cidr(address) if isinstance(address, str) else None
+    except ValueError:
+        return None  # "None" (headless) or a name: nothing a policy can name
+
+
+async def discover_api_server(objects: KubeObjects) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """(CIDRs, ports) at which pods reach the API server: the ``default/kubernetes`` Service's
+    cluster IPs and ports, and the addresses and ports of its EndpointSlices (what a network
+    policy sees once the Service address is translated). Empty when neither can be read."""
+    cidrs: set[str] = set()
+    ports: set[int] = set()
+    service = await objects.get("v1", "Service", API_SERVER_NAMESPACE, API_SERVER_SERVICE)
+    spec: Mapping[str, Any] = (service or {}).get("spec") or {}
+    for address in [*(spec.get("clusterIPs") or []), spec.get("clusterIP")]:
+        cidr = _address_cidr(address)
+        if cidr:
+            cidrs.add(cidr)
+    ports.update(p["port"] for p in spec.get("ports") or [] if isinstance(p.get("port"), int))
+    try:
+        slices = await objects.list(
+            "discovery.k8s.io/v1",
+            "EndpointSlice",
+            API_SERVER_NAMESPACE,
+            label_selector=f"{SERVICE_NAME_LABEL}={API_SERVER_SERVICE}",
+        )
+    except NotFound:  # a server without the discovery API
+        slices = []
+    for endpoint_slice in slices:
+        for endpoint in endpoint_slice.get("endpoints") or []:
+            for address in endpoint.get("addresses") or []:
+                cidr = _address_cidr(address)
+                if cidr:
+                    cidrs.add(cidr)
+        ports.update(
+            p["port"] for p in endpoint_slice.get("ports") or [] if isinstance(p.get("port"), int)
+        )
+    if not cidrs or not ports:
+        log.warning(API_SERVER_NOT_FOUND, namespace=API_SERVER_NAMESPACE)
+        return (), ()
+    return tuple(sorted(cidrs)), tuple(sorted(ports))
+
+
+async def provision_tenant(
+    objects: KubeObjects, tenant: str, spec: ProvisioningSpec
+) -> dict[str, int]:
+    """Converge a tenant's namespace to ``spec``; counts of objects created, updated, unchanged.
+
+    Idempotent: a second call with the same spec changes nothing. ValueError for a malformed
+    tenant id; shared errors from the API (the next pass retries what failed).
+    """
+    counts = {"created": 0, "updated": 0, "unchanged": 0}
+    for obj in tenant_objects(tenant, spec):
+        counts[await objects.apply(obj)] += 1
+    digest = spec_hash(spec)
+    if await applied_hash(objects, tenant) != digest:
+        await objects.patch_merge(
+            "v1",
+            "Namespace",
+            None,
+            tenant_namespace(tenant),
+            {"metadata": {"annotations": {L.PROVISIONING_SPEC_HASH: digest}}},
+        )
+    if counts["created"] or counts["updated"]:
+        log.info(TENANT_PROVISIONED, tenant=tenant, spec_hash=digest, **counts)
+    return counts
+
+
+async def applied_hash(objects: KubeObjects, tenant: str) -> str | None:
+    """The spec hash last applied in full to a tenant's namespace; None when never."""
+    namespace = await objects.get("v1", "Namespace", None, tenant_namespace(tenant))
+    annotations = ((namespace or {}).get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(L.PROVISIONING_SPEC_HASH)
+    return value if isinstance(value, str) else None

@@ -1,0 +1,40 @@
+"""Where things live in the artifact bucket (ARTIFACT_BUCKET). Constants and pure functions.
+
+One bucket, a prefix per tenant: ``tenants/<tenant>/`` holds its pipeline artifacts and
+archived logs (``artifacts/``), its ML training storage (``training/``) and its registered
+models (``models/``, read-only for the tenant's own storage user). Runs in namespaces that are
+not a tenant's data namespace (clusters' own Argo, CI/CD) keep Argo's convention of
+``<namespace>/``. The compiler's repository configuration, IAM policies and allowlist, and the
+apiserver's artifact and log checks all take their prefixes from here.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from shared import labels as L
+
+TENANTS_ROOT: Final = "tenants/"
+
+
+def tenant_prefix(tenant: str) -> str:
+    return f"{TENANTS_ROOT}{tenant}/"
+
+
+def tenant_artifacts(tenant: str) -> str:
+    return f"{tenant_prefix(tenant)}artifacts/"
+
+
+def tenant_training(tenant: str) -> str:
+    return f"{tenant_prefix(tenant)}training/"
+
+
+def tenant_models(tenant: str) -> str:
+    return f"{tenant_prefix(tenant)}models/"
+
+
+def namespace_prefix(namespace: str) -> str:
+    """The prefix a run in ``namespace`` may read and write artifacts under."""
+    if namespace.startswith(L.DATA_NAMESPACE_PREFIX):
+        return tenant_prefix(namespace.removeprefix(L.DATA_NAMESPACE_PREFIX))
+    return f"{namespace}/"

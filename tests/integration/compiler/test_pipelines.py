@@ -1,0 +1,438 @@
+"""Pipelines end to end: the apiserver's routes, the compiler's internal API behind them, a sim
+host cluster with Argo and real PostgreSQL (tenant provisioning included, storage users off)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import asyncpg
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from kubernetes_asyncio.client import ApiClient
+
+from apiserver.app import create_app as create_api
+from apiserver.clusters.connections import ConnectionCache
+from apiserver.pipelines.compiler_client import CompilerClient
+from apiserver.runs.pg_runs import RunReader
+from apiserver.services import Services
+from apiserver.stream.hub import StreamHub
+from apiserver.stream.pg_changes import PgChangeSource
+from compiler.runner import Parts, assemble
+from compiler.stamping import template_name
+from shared.k8s import client_from_kubeconfig
+from sim.world import World, start_world
+
+API_KEY = "test-api-key"
+INTERNAL_KEY = "test-internal-key"
+WRITE = "pipelines.read,pipelines.write,pipelines.run"
+NS = "kubeopera-data-acme"
+
+
+def headers(
+    tenant: str | None = "acme",
+    *,
+    permissions: str = WRITE,
+    admin: bool = False,
+    actor: str = "alice@acme",
+) -> dict[str, str]:
+    values = {
+        "X-API-Key": API_KEY,
+        "X-Kubeopera-Admin": "true" if admin else "false",
+        "X-Kubeopera-Actor": actor,
+        "X-Kubeopera-Permissions": permissions,
+    }
+    if tenant is not None:
+        values["X-Kubeopera-Tenant"] = tenant
+    return values
+
+
+def wizard(*, fail_step: bool = False, extra_step: bool = False) -> dict[str, Any]:
+    steps: list[dict[str, Any]] = [
+        {
+            "name": "extract",
+            "image": "ghcr.io/acme/extract:1.0",
+            "command": ["extract"],
+            "args": ["--day", "{{workflow.parameters.day}}"],
+            "env": [{"name": "SIM_FAIL", "value": "true" if fail_step else "false"}],
+        },
+        {
+            "name": "load",
+            "image": "ghcr.io/acme/load:1.0",
+            "command": ["load"],
+            "depends_on": ["extract"],
+        },
+    ]
+    if extra_step:
+        steps.append({"name": "report", "image": "ghcr.io/acme/report:1.0", "depends_on": ["load"]})
+    return {
+        "apiVersion": "pipelines.kubeopera.io/v1",
+        "parameters": [
+            {"name": "day", "default": "2026-01-01"},
+            {"name": "shards", "type": "integer", "default": 4},
+        ],
+        "steps": steps,
+    }
+
+
+def body(name: str = "nightly", **spec: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": "nightly load",
+        "definition": {"type": "wizard", "spec": wizard(**spec)},
+    }
+
+
+YAML_TEMPLATE = """
+apiVersion: argoproj.io/v1alpha1
+kind: WorkflowTemplate
+metadata:
+  name: mine
+spec:
+  entrypoint: main
+  arguments:
+    parameters:
+      - name: size
+        value: "10"
+  templates:
+    - name: main
+      container:
+        image: alpine:3.20
+        command: [sh, -c, "echo {{workflow.parameters.size}}"]
+"""
+
+ESCAPING_YAML = """
+apiVersion: argoproj.io/v1alpha1
+kind: WorkflowTemplate
+metadata:
+  name: sneaky
+spec:
+  entrypoint: main
+  hostNetwork: true
+  templates:
+    - name: main
+      container:
+        image: alpine:3.20
+        securityContext: {privileged: true}
+        volumeMounts: [{name: root, mountPath: /host}]
+      volumes:
+        - name: root
+          hostPath: {path: /}
+"""
+
+
+@dataclass
+class Stack:
+    world: World
+    kube: ApiClient
+    api: TestClient[Any, Any]
+    compiler: Parts
+    internal: TestClient[Any, Any]  # the compiler's internal API
+    pool: asyncpg.Pool
+
+    async def call(
+        self, method: str, path: str, *, as_: dict[str, str] | None = None, **kwargs: Any
+    ) -> tuple[int, Any]:
+        response = await self.api.request(
+            method, f"/api/v1/{path}", headers=as_ or headers(), **kwargs
+        )
+        return response.status, await response.json()
+
+    def templates(self, namespace: str = NS) -> list[str]:
+        store = self.world.host.store
+        rtype = store.resolve("argoproj.io", "v1alpha1", "workflowtemplates")
+        items, _ = store.list(rtype, namespace)
+        return sorted(item["metadata"]["name"] for item in items)
+
+
+async def make_stack(
+    db: asyncpg.Pool, database_url: str, settings_factory: Any, **overrides: Any
+) -> AsyncIterator[Stack]:
+    world = await start_world(1, tick=0.01, autostart=False, pod_gc_delay=0)
+    kube = await client_from_kubeconfig(world.host.kubeconfig)
+    settings = settings_factory(
+        INTERNAL_API_KEY=INTERNAL_KEY,
+        ARGO_DATA_SERVER_URL="https://argo-server.argo.svc:2746",
+        ARTIFACT_BUCKET="artifacts",
+        **overrides,
+    )
+    parts = assemble(settings, pool=db, host_api=kube, storage=None)
+    compiler_client: TestClient[Any, Any] = TestClient(TestServer(parts.app))
+    await compiler_client.start_server()
+    session = aiohttp.ClientSession()
+    services = Services(
+        pool=db,
+        runs=RunReader(db),
+        connections=ConnectionCache(registry=None, host_factory=None),
+        objects=None,
+        artifact_bucket=None,
+        argo_data_server_url=settings.ARGO_DATA_SERVER_URL,
+        compiler=CompilerClient(
+            session, base_url=str(compiler_client.make_url("")), internal_key=INTERNAL_KEY
+        ),
+    )
+    hub = StreamHub(PgChangeSource(db, dsn=database_url))
+    api: TestClient[Any, Any] = TestClient(TestServer(create_api(services, hub, api_key=API_KEY)))
+    await api.start_server()
+    try:
+        yield Stack(world, kube, api, parts, compiler_client, db)
+    finally:
+        await api.close()
+        await session.close()
+        await compiler_client.close()
+        await kube.close()
+        await world.stop()
+
+
+@pytest.fixture
+async def stack(db: asyncpg.Pool, database_url: str, settings_factory: Any) -> AsyncIterator[Stack]:
+    async for value in make_stack(db, database_url, settings_factory):
+        yield value
+
+
+async def test_create_provisions_the_tenant_applies_the_template_and_records_version_1(
+    stack: Stack,
+) -> None:
+    status, saved = await stack.call("POST", "data-pipelines", json=body())
+    assert status == 201, saved
+    assert saved["version"] == 1
+    assert saved["template_name"] == template_name(saved["id"], 1)
+    assert stack.templates() == [saved["template_name"]]
+    store = stack.world.host.store
+    quota = store.get(store.resolve("", "v1", "resourcequotas"), NS, "kubeopera-quota")
+    assert quota["spec"]["hard"]["pods"] == "50"
+    tenant = await stack.pool.fetchrow("SELECT * FROM tenants WHERE id = 'acme'")
+    assert tenant["spec_hash"] == await stack.compiler.tenants.spec_hash()
+
+    status, listing = await stack.call("GET", "data-pipelines")
+    assert status == 200
+    assert [item["name"] for item in listing["items"]] == ["nightly"]
+    assert listing["total"] == 1
+    status, ml_listing = await stack.call("GET", "ml-pipelines")
+    assert (status, ml_listing["items"]) == (200, [])
+
+    status, detail = await stack.call("GET", f"data-pipelines/{saved['id']}")
+    assert status == 200
+    applied = detail["current"]["template"]
+    assert applied["metadata"]["namespace"] == NS
+    assert applied["spec"]["serviceAccountName"] == "kubeopera-workload"
+    assert detail["current"]["parameters"] == [
+        {"name": "day", "default": "2026-01-01", "type": "string"},
+        {"name": "shards", "default": "4", "type": "integer"},
+    ]
+
+    status, again = await stack.call("POST", "data-pipelines", json=body())
+    assert status == 409, again
+
+
+async def test_validate_renders_without_saving_and_refuses_with_every_violation(
+    stack: Stack,
+) -> None:
+    yaml_body = {"name": "mine", "definition": {"type": "yaml", "template": YAML_TEMPLATE}}
+    status, result = await stack.call("POST", "data-pipelines/validate", json=yaml_body)
+    assert status == 200, result
+    assert result["valid"] is True
+    assert result["template"]["metadata"]["namespace"] == NS
+    assert any("metadata.name" in warning for warning in result["warnings"])
+    assert stack.templates() == []
+    assert await stack.pool.fetchval("SELECT count(*) FROM pipelines") == 0
+
+    bad = {"name": "sneaky", "definition": {"type": "yaml", "template": ESCAPING_YAML}}
+    for path in ("data-pipelines/validate", "data-pipelines"):
+        status, refused = await stack.call("POST", path, json=bad)
+        assert status == 422, refused
+        paths = {v["path"] for v in refused["details"]["violations"]}
+        assert {
+            "spec.hostNetwork",
+            "spec.templates[0].container.securityContext.privileged",
+            "spec.templates[0].volumes[0].hostPath",
+        } <= paths, paths
+    assert stack.templates() == []
+
+    status, invalid = await stack.call(
+        "POST",
+        "data-pipelines",
+        json={"name": "x", "definition": {"type": "yaml", "template": ":"}},
+    )
+    assert status == 400, invalid
+    status, invalid = await stack.call(
+        "POST", "data-pipelines", json={**body(), "parameters": {"nope": 1}}
+    )
+    assert (status, invalid["error"]) == (400, "invalid")
+
+
+async def test_update_versions_rollback_and_template_gc(stack: Stack) -> None:
+    status, saved = await stack.call("POST", "data-pipelines", json=body())
+    pipeline = saved["id"]
+    for version in range(2, 13):
+        status, updated = await stack.call(
+            "PUT", f"data-pipelines/{pipeline}", json=body(extra_step=version % 2 == 0)
+        )
+        assert (status, updated["version"]) == (200, version), updated
+    # The newest ten templates stay; versions 1 and 2 were collected.
+    assert stack.templates() == sorted(template_name(pipeline, v) for v in range(3, 13))
+    status, versions = await stack.call(
+        "GET", f"data-pipelines/{pipeline}/versions", params={"limit": "5"}
+    )
+    assert status == 200
+    assert [item["version"] for item in versions["items"]] == [12, 11, 10, 9, 8]
+    assert versions["items"][0]["current"] is True
+    status, rest = await stack.call(
+        "GET",
+        f"data-pipelines/{pipeline}/versions",
+        params={"cursor": versions["next_cursor"], "limit": "10"},
+    )
+    assert [item["version"] for item in rest["items"]] == [7, 6, 5, 4, 3, 2, 1]
+    assert [item["template_applied"] for item in rest["items"][-2:]] == [False, False]
+
+    status, rolled = await stack.call(
+        "POST", f"data-pipelines/{pipeline}/rollback", json={"version": 1}
+    )
+    assert status == 200, rolled
+    assert rolled == {"id": pipeline, "current_version": 1, "template_restored": True}
+    assert template_name(pipeline, 1) in stack.templates()
+    status, detail = await stack.call("GET", f"data-pipelines/{pipeline}")
+    assert (detail["current_version"], detail["latest_version"]) == (1, 12)
+    assert detail["current"]["template_applied"] is True
+    # Ten templates again: the current one (v1) plus the newest nine others.
+    assert len(stack.templates()) == 10
+
+    status, missing = await stack.call(
+        "POST", f"data-pipelines/{pipeline}/rollback", json={"version": 99}
+    )
+    assert status == 404, missing
+    status, next_save = await stack.call("PUT", f"data-pipelines/{pipeline}", json=body())
+    assert next_save["version"] == 13
+
+
+async def _finish(stack: Stack, name: str) -> dict[str, Any]:
+    store = stack.world.host.store
+    rtype = store.resolve("argoproj.io", "v1alpha1", "workflows")
+    for _ in range(200):
+        await stack.world.host.argo.step()
+        workflow = store.get(rtype, NS, name)
+        if workflow.get("status", {}).get("phase") in ("Succeeded", "Failed", "Error"):
+            return workflow
+    raise AssertionError(f"{name} did not finish")
+
+
+async def test_run_checks_parameters_and_starts_the_current_version(stack: Stack) -> None:
+    status, saved = await stack.call("POST", "data-pipelines", json=body())
+    pipeline = saved["id"]
+    status, refused = await stack.call(
+        "POST",
+        f"data-pipelines/{pipeline}/run",
+        json={"parameters": {"shards": "many", "nope": "1"}},
+    )
+    assert status == 400, refused
+    fields = {error["field"] for error in refused["details"]["errors"]}
+    assert fields == {"parameters.shards", "parameters.nope"}
+
+    status, run = await stack.call(
+        "POST",
+        f"data-pipelines/{pipeline}/run",
+        json={"parameters": {"day": "2026-02-03", "shards": 8}},
+    )
+    assert status == 201, run
+    assert run["version"] == 1
+    assert run["parameters"] == {"day": "2026-02-03", "shards": "8"}
+    name = run["workflow"]["name"]
+    done = await _finish(stack, name)
+    assert done["status"]["phase"] == "Succeeded"
+    assert done["spec"]["workflowTemplateRef"] == {"name": template_name(pipeline, 1)}
+    assert done["metadata"]["labels"]["kubeopera.io/pipeline-id"] == pipeline
+    action = await stack.pool.fetchrow("SELECT * FROM run_actions WHERE name = $1", name)
+    assert (action["action"], action["outcome"], action["actor"]) == (
+        "run",
+        "succeeded",
+        "alice@acme",
+    )
+    assert action["parameters"] == {"day": "2026-02-03", "shards": "8"}
+
+
+async def test_a_run_of_a_recent_version_can_be_retried_after_newer_saves(stack: Stack) -> None:
+    status, saved = await stack.call("POST", "data-pipelines", json=body(fail_step=True))
+    pipeline = saved["id"]
+    status, run = await stack.call("POST", f"data-pipelines/{pipeline}/run", json={})
+    assert status == 201, run
+    name = run["workflow"]["name"]
+    assert (await _finish(stack, name))["status"]["phase"] == "Failed"
+    for _ in range(3):
+        status, _ = await stack.call("PUT", f"data-pipelines/{pipeline}", json=body())
+        assert status == 200
+    # Version 1's template is still there, so Argo can retry the failed run in place.
+    assert template_name(pipeline, 1) in stack.templates()
+    from shared.argo import ArgoServer
+
+    await ArgoServer(stack.kube).retry(NS, name)
+    store = stack.world.host.store
+    rtype = store.resolve("argoproj.io", "v1alpha1", "workflows")
+    retried = store.get(rtype, NS, name)
+    assert retried["status"]["phase"] == "Running"
+    assert retried["spec"]["workflowTemplateRef"] == {"name": template_name(pipeline, 1)}
+
+
+async def test_delete_removes_templates_and_versions(stack: Stack) -> None:
+    status, saved = await stack.call("POST", "data-pipelines", json=body())
+    pipeline = saved["id"]
+    await stack.call("PUT", f"data-pipelines/{pipeline}", json=body(extra_step=True))
+    assert len(stack.templates()) == 2
+    status, deleted = await stack.call("DELETE", f"data-pipelines/{pipeline}")
+    assert status == 200, deleted
+    assert deleted["templates_removed"] == 2
+    assert stack.templates() == []
+    assert await stack.pool.fetchval("SELECT count(*) FROM pipeline_versions") == 0
+    status, _ = await stack.call("GET", f"data-pipelines/{pipeline}")
+    assert status == 404
+
+
+async def test_tenants_and_permissions_are_enforced(stack: Stack) -> None:
+    status, saved = await stack.call("POST", "data-pipelines", json=body())
+    pipeline = saved["id"]
+    other = headers("globex", actor="bob@globex")
+    for method, path, payload in (
+        ("GET", f"data-pipelines/{pipeline}", None),
+        ("GET", f"data-pipelines/{pipeline}/versions", None),
+        ("PUT", f"data-pipelines/{pipeline}", body()),
+        ("DELETE", f"data-pipelines/{pipeline}", None),
+        ("POST", f"data-pipelines/{pipeline}/rollback", {"version": 1}),
+        ("POST", f"data-pipelines/{pipeline}/run", {}),
+        ("GET", f"ml-pipelines/{pipeline}", None),
+    ):
+        status, answer = await stack.call(method, path, as_=other, json=payload)
+        assert status == 404, (method, path, answer)
+    status, listing = await stack.call("GET", "data-pipelines", as_=other)
+    assert listing["items"] == []
+
+    reader = headers(permissions="pipelines.read")
+    status, answer = await stack.call("PUT", f"data-pipelines/{pipeline}", as_=reader, json=body())
+    assert (status, answer["details"]) == (403, {"permission": "pipelines.write"})
+    status, answer = await stack.call("POST", f"data-pipelines/{pipeline}/run", as_=reader, json={})
+    assert (status, answer["details"]) == (403, {"permission": "pipelines.run"})
+
+    admin = headers(None, admin=True, actor="root")
+    status, answer = await stack.call("POST", "data-pipelines", as_=admin, json=body("x"))
+    assert status == 400, answer
+    status, listing = await stack.call("GET", "data-pipelines", as_=admin)
+    assert [item["tenant"] for item in listing["items"]] == ["acme"]
+    status, saved_b = await stack.call(
+        "POST", "data-pipelines?acting_tenant=globex", as_=admin, json=body()
+    )
+    assert status == 201, saved_b
+    assert stack.templates("kubeopera-data-globex") == [saved_b["template_name"]]
+
+
+async def test_the_compiler_refuses_calls_without_its_key(stack: Stack) -> None:
+    payload = {"tenant": "acme", "actor": "x", "pipeline": body()}
+    for key in (None, "wrong"):
+        extra = {"X-Internal-Key": key} if key else {}
+        response = await stack.internal.post(
+            "/internal/v1/pipelines/data", json=payload, headers=extra
+        )
+        assert response.status == 401
+    response = await stack.internal.post(
+        "/internal/v1/pipelines/data", json=payload, headers={"X-Internal-Key": INTERNAL_KEY}
+    )
+    assert response.status == 201

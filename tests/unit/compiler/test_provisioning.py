@@ -1,0 +1,788 @@
+"""compiler.provisioning: every object of a tenant namespace, the spec hash, and drift."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compiler.drift import drifted, quantity_value, replacement
+from compiler.provisioning import (
+    SPEC_SCHEMA_VERSION,
+    ProvisioningSpec,
+    s3_endpoint,
+    spec_hash,
+    tenant_namespace,
+    tenant_objects,
+    tracking_server,
+)
+from shared.config import Settings
+from shared.errors import ConfigError
+
+TENANT = "acme"
+NAMESPACE = "kubeopera-data-acme"
+OURS = {"app.kubernetes.io/managed-by": "workflow-manager", "kubeopera.io/tenant": TENANT}
+SPEC = ProvisioningSpec(
+    quota_cpu="8",
+    quota_memory="16Gi",
+    quota_pods=50,
+    quota_gpu=4,
+    max_cpu="4",
+    max_memory="8Gi",
+    max_gpu=2,
+    egress_ports=(443,),
+    egress_except_cidrs=("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"),
+    artifact_bucket="kubeopera-artifacts",
+    region="eu-north-1",
+    s3_endpoint="s3.eu-north-1.amazonaws.com",
+    tracking_host="mlflow.kubeopera-mlflow.svc.cluster.local",
+    tracking_port=5000,
+    api_server_cidrs=("172.18.0.2/32",),
+    api_server_ports=(6443,),
+)
+NO_GPU = dataclasses.replace(SPEC, quota_gpu=0, max_gpu=0)
+BARE = dataclasses.replace(
+    NO_GPU, tracking_host=None, tracking_port=None, api_server_cidrs=(), api_server_ports=()
+)
+
+
+def settings(**values: Any) -> Settings:
+    return Settings(DATABASE_URL="postgresql://u@h/db", ARTIFACT_BUCKET="bucket", **values)
+
+
+def objects(spec: ProvisioningSpec = SPEC, tenant: str = TENANT) -> dict[tuple[str, str], Any]:
+    return {(obj["kind"], obj["metadata"]["name"]): obj for obj in tenant_objects(tenant, spec)}
+
+
+def one(kind: str, name: str, spec: ProvisioningSpec = SPEC) -> dict[str, Any]:
+    found: dict[str, Any] = objects(spec)[(kind, name)]
+    return found
+
+
+def egress(spec: ProvisioningSpec) -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = one("NetworkPolicy", "kubeopera-egress", spec)["spec"]["egress"]
+    return rules
+
+
+def repository(spec: ProvisioningSpec = SPEC, tenant: str = TENANT) -> dict[str, Any]:
+    config = objects(spec, tenant)[("ConfigMap", "artifact-repositories")]
+    loaded: dict[str, Any] = yaml.safe_load(config["data"]["default-v1"])
+    return loaded
+
+
+# --- the objects ------------------------------------------------------------------------------
+def test_every_object_in_apply_order() -> None:
+    assert [(o["kind"], o["metadata"]["name"]) for o in tenant_objects(TENANT, SPEC)] == [
+        ("Namespace", NAMESPACE),
+        ("NetworkPolicy", "kubeopera-egress"),
+        ("ResourceQuota", "kubeopera-quota"),
+        ("LimitRange", "kubeopera-limits"),
+        ("ServiceAccount", "kubeopera-workload"),
+        ("ServiceAccount", "kubeopera-executor"),
+        ("ServiceAccount", "kubeopera-spark"),
+        ("ServiceAccount", "kubeopera-training"),
+        ("Secret", "kubeopera-executor.service-account-token"),
+        ("Role", "kubeopera-executor"),
+        ("Role", "kubeopera-spark"),
+        ("Role", "kubeopera-training"),
+        ("RoleBinding", "kubeopera-executor"),
+        ("RoleBinding", "kubeopera-spark"),
+        ("RoleBinding", "kubeopera-training"),
+        ("ConfigMap", "artifact-repositories"),
+    ]
+
+
+@pytest.mark.parametrize("spec", [SPEC, NO_GPU, BARE], ids=["gpu", "no-gpu", "bare"])
+def test_every_object_carries_our_labels_and_lives_in_the_namespace(
+    spec: ProvisioningSpec,
+) -> None:
+    for obj in tenant_objects(TENANT, spec):
+        assert obj["metadata"]["labels"].items() >= OURS.items(), obj["kind"]
+        if obj["kind"] != "Namespace":
+            assert obj["metadata"]["namespace"] == NAMESPACE
+
+
+@pytest.mark.parametrize("spec", [SPEC, NO_GPU, BARE], ids=["gpu", "no-gpu", "bare"])
+def test_every_object_is_valid_against_the_kubernetes_schema(spec: ProvisioningSpec) -> None:
+    for obj in tenant_objects(TENANT, spec):
+        kubernetes_validate.validate(obj, "1.37.0", strict=True)
+
+
+def test_the_schema_check_is_strict() -> None:
+    policy = copy.deepcopy(one("NetworkPolicy", "kubeopera-egress"))
+    policy["spec"]["egres"] = []
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(policy, "1.37.0", strict=True)
+
+
+def test_the_namespace_enforces_baseline_pod_security() -> None:
+    namespace = one("Namespace", NAMESPACE)
+    assert namespace["metadata"]["labels"] == {
+        **OURS,
+        "pod-security.kubernetes.io/enforce": "baseline",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }
+    assert "namespace" not in namespace["metadata"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "gpu"), [(SPEC, "4"), (NO_GPU, "0")], ids=["gpu-quota", "zero-forbids-gpus"]
+)
+def test_the_quota_comes_from_the_spec(spec: ProvisioningSpec, gpu: str) -> None:
+    assert one("ResourceQuota", "kubeopera-quota", spec)["spec"] == {
+        "hard": {
+            "requests.cpu": "8",
+            "limits.cpu": "8",
+            "requests.memory": "16Gi",
+            "limits.memory": "16Gi",
+            "pods": "50",
+            "requests.nvidia.com/gpu": gpu,
+        }
+    }
+
+
+def test_limits_give_defaults_and_the_largest_step() -> None:
+    [container] = one("LimitRange", "kubeopera-limits")["spec"]["limits"]
+    assert container == {
+        "type": "Container",
+        "default": {"cpu": "500m", "memory": "512Mi"},
+        "defaultRequest": {"cpu": "100m", "memory": "128Mi"},
+        "max": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"},
+    }
+
+
+def test_no_gpu_maximum_when_steps_may_not_have_gpus() -> None:
+    [container] = one("LimitRange", "kubeopera-limits", NO_GPU)["spec"]["limits"]
+    assert container["max"] == {"cpu": "4", "memory": "8Gi"}
+
+
+def test_no_account_mounts_a_token_by_itself() -> None:
+    accounts = [o for o in tenant_objects(TENANT, SPEC) if o["kind"] == "ServiceAccount"]
+    assert len(accounts) == 4
+    assert all(account["automountServiceAccountToken"] is False for account in accounts)
+
+
+def test_argo_finds_the_executor_token_through_the_account() -> None:
+    executor = one("ServiceAccount", "kubeopera-executor")
+    token_name = executor["metadata"]["annotations"][
+        "workflows.argoproj.io/service-account-token.name"
+    ]
+    token = one("Secret", token_name)
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert token["metadata"]["annotations"] == {
+        "kubernetes.io/service-account.name": "kubeopera-executor"
+    }
+    assert "data" not in token  # the token controller fills it
+    assert "annotations" not in one("ServiceAccount", "kubeopera-workload")["metadata"]
+
+
+@pytest.mark.parametrize(
+    ("account", "rules"),
+    [
+        (
+            "kubeopera-executor",
+            [
+                {
+                    "apiGroups": ["argoproj.io"],
+                    "resources": ["workflowtaskresults"],
+                    "verbs": ["create", "patch"],
+                }
+            ],
+        ),
+        (
+            "kubeopera-spark",
+            [
+                {
+                    "apiGroups": [""],
+                    "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
+                    "verbs": [
+                        "create",
+                        "delete",
+                        "deletecollection",
+                        "get",
+                        "list",
+                        "patch",
+                        "watch",
+                    ],
+                }
+            ],
+        ),
+        (
+            "kubeopera-training",
+            [
+                {
+                    "apiGroups": [""],
+                    "resources": ["pods", "services"],
+                    "verbs": ["create", "delete", "get", "list", "watch"],
+                }
+            ],
+        ),
+    ],
+)
+def test_each_api_calling_account_has_its_role_and_binding(
+    account: str, rules: list[dict[str, Any]]
+) -> None:
+    assert one("Role", account)["rules"] == rules
+    binding = one("RoleBinding", account)
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": account,
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+    ]
+
+
+def test_the_workload_account_has_no_role() -> None:
+    names = {name for kind, name in objects() if kind in ("Role", "RoleBinding")}
+    assert "kubeopera-workload" not in names
+
+
+def test_the_policy_isolates_the_namespace_both_ways() -> None:
+    spec = one("NetworkPolicy", "kubeopera-egress")["spec"]
+    assert spec["podSelector"] == {}
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["ingress"] == [{"from": [{"podSelector": {}}]}]
+
+
+def test_egress_rules_in_full() -> None:
+    assert egress(SPEC) == [
+        {
+            "to": [
+                {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                    },
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                }
+            ],
+            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+        },
+        {"to": [{"podSelector": {}}]},
+        {
+            "to": [{"ipBlock": {"cidr": "172.18.0.2/32"}}],
+            "ports": [{"protocol": "TCP", "port": 6443}],
+        },
+        {
+            "to": [
+                {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": "kubeopera-mlflow"}
+                    }
+                }
+            ],
+            "ports": [{"protocol": "TCP", "port": 5000}],
+        },
+        {
+            "to": [
+                {
+                    "ipBlock": {
+                        "cidr": "0.0.0.0/0",
+                        "except": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"],
+                    }
+                }
+            ],
+            "ports": [{"protocol": "TCP", "port": 443}],
+        },
+    ]
+
+
+def test_without_api_server_or_tracking_only_dns_namespace_and_ports() -> None:
+    rules = egress(BARE)
+    assert len(rules) == 3
+    assert rules[1] == {"to": [{"podSelector": {}}]}
+    assert rules[2]["to"][0]["ipBlock"]["cidr"] == "0.0.0.0/0"
+
+
+def test_no_egress_port_means_no_way_out() -> None:
+    rules = egress(dataclasses.replace(BARE, egress_ports=()))
+    assert all("ipBlock" not in peer for rule in rules for peer in rule.get("to", []))
+
+
+@pytest.mark.parametrize(
+    ("ports", "excepts", "expected_to"),
+    [
+        ((80, 443), (), [{"ipBlock": {"cidr": "0.0.0.0/0"}}]),
+        (
+            (8443,),
+            ("100.64.0.0/10",),
+            [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["100.64.0.0/10"]}}],
+        ),
+        (
+            (443,),
+            ("fd00::/8", "10.0.0.0/8"),
+            [
+                {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}},
+                {"ipBlock": {"cidr": "::/0", "except": ["fd00::/8"]}},
+            ],
+        ),
+    ],
+    ids=["no-excepts", "one-except", "ipv6-opened-only-with-its-excepts"],
+)
+def test_egress_ports_outside_the_except_cidrs(
+    ports: tuple[int, ...], excepts: tuple[str, ...], expected_to: list[dict[str, Any]]
+) -> None:
+    spec = dataclasses.replace(BARE, egress_ports=ports, egress_except_cidrs=excepts)
+    last = egress(spec)[-1]
+    assert last["to"] == expected_to
+    assert last["ports"] == [{"protocol": "TCP", "port": port} for port in sorted(ports)]
+
+
+@pytest.mark.parametrize(
+    ("host", "peer"),
+    [
+        (
+            "mlflow.tracking.svc",
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tracking"}}},
+        ),
+        (
+            "mlflow.tracking.svc.cluster.local",
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tracking"}}},
+        ),
+        ("10.1.2.3", {"ipBlock": {"cidr": "10.1.2.3/32"}}),
+        ("fd00::5", {"ipBlock": {"cidr": "fd00::5/128"}}),
+        ("mlflow.example.com", None),
+    ],
+)
+def test_the_tracking_server_rule(host: str, peer: dict[str, Any] | None) -> None:
+    spec = dataclasses.replace(BARE, tracking_host=host, tracking_port=5000)
+    rules = egress(spec)
+    if peer is None:
+        assert len(rules) == len(egress(BARE))
+    else:
+        assert {"to": [peer], "ports": [{"protocol": "TCP", "port": 5000}]} in rules
+
+
+def test_the_default_artifact_repository() -> None:
+    config = one("ConfigMap", "artifact-repositories")
+    assert config["metadata"]["annotations"] == {
+        "workflows.argoproj.io/default-artifact-repository": "default-v1"
+    }
+    assert repository() == {
+        "archiveLogs": True,
+        "s3": {
+            "bucket": "kubeopera-artifacts",
+            "endpoint": "s3.eu-north-1.amazonaws.com",
+            "region": "eu-north-1",
+            "keyFormat": "tenants/acme/artifacts/{{workflow.name}}/{{pod.name}}",
+            "accessKeySecret": {"name": "kubeopera-artifact-credentials", "key": "accessKey"},
+            "secretKeySecret": {"name": "kubeopera-artifact-credentials", "key": "secretKey"},
+        },
+    }
+
+
+@pytest.mark.parametrize("tenant", ["acme", "globex", "a", "t-1"])
+def test_artifacts_stay_under_the_tenant_prefix(tenant: str) -> None:
+    key_format = repository(tenant=tenant)["s3"]["keyFormat"]
+    assert key_format.startswith(f"tenants/{tenant}/artifacts/")
+
+
+def test_the_repository_is_an_argo_artifact_repository_with_nothing_dropped() -> None:
+    models = pytest.importorskip("hera.workflows.models")
+    for spec in (SPEC, dataclasses.replace(SPEC, s3_insecure=True)):
+        document = repository(spec)
+        parsed = models.ArtifactRepository.model_validate(document)
+        assert parsed.model_dump(by_alias=True, exclude_none=True) == document
+
+
+def test_an_insecure_endpoint_is_said_so() -> None:
+    assert repository(dataclasses.replace(SPEC, s3_insecure=True))["s3"]["insecure"] is True
+    assert "insecure" not in repository()["s3"]
+
+
+@pytest.mark.parametrize(
+    "tenant",
+    ["", "Acme", "-acme", "acme-", "a_b", "a.b", "a" * 49, "kube system", "acme/x"],
+)
+def test_a_malformed_tenant_id_is_refused(tenant: str) -> None:
+    with pytest.raises(ValueError, match="tenant id"):
+        tenant_objects(tenant, SPEC)
+
+
+def test_the_longest_tenant_id_still_names_a_namespace() -> None:
+    namespace = tenant_namespace("a" * 48)
+    assert len(namespace) == 63
+    kubernetes_validate.validate(tenant_objects("a" * 48, SPEC)[0], "1.37.0", strict=True)
+
+
+# --- the spec ---------------------------------------------------------------------------------
+def test_from_settings_takes_every_variable() -> None:
+    spec = ProvisioningSpec.from_settings(
+        settings(
+            DATA_NS_QUOTA_CPU="16",
+            DATA_NS_QUOTA_MEMORY="64Gi",
+            DATA_NS_QUOTA_PODS=80,
+            DATA_MAX_CPU="250m",
+            DATA_MAX_MEMORY="256Mi",
+            ML_MAX_GPU=1,
+            ML_NS_QUOTA_GPU=3,
+            DATA_EGRESS_PORTS="8443,443,443",
+            DATA_EGRESS_EXCEPT_CIDRS="192.168.0.0/16,10.0.0.0/8",
+            AWS_REGION="eu-west-1",
+            S3_ENDPOINT_URL="http://127.0.0.1:9000",
+            MLFLOW_URL="https://mlflow.tracking.svc",
+        ),
+        api_server_cidrs=("172.18.0.2/32",),
+        api_server_ports=(6443,),
+    )
+    assert spec == ProvisioningSpec(
+        quota_cpu="16",
+        quota_memory="64Gi",
+        quota_pods=80,
+        quota_gpu=3,
+        max_cpu="250m",
+        max_memory="256Mi",
+        max_gpu=1,
+        egress_ports=(443, 8443),
+        egress_except_cidrs=("10.0.0.0/8", "192.168.0.0/16"),
+        artifact_bucket="bucket",
+        region="eu-west-1",
+        s3_endpoint="127.0.0.1:9000",
+        s3_insecure=True,
+        tracking_host="mlflow.tracking.svc",
+        tracking_port=443,
+        api_server_cidrs=("172.18.0.2/32",),
+        api_server_ports=(6443,),
+        # the defaults are kept within the largest step
+        default_cpu="250m",
+        default_memory="256Mi",
+        default_request_cpu="100m",
+        default_request_memory="128Mi",
+    )
+
+
+def test_from_settings_defaults() -> None:
+    spec = ProvisioningSpec.from_settings(settings())
+    assert (spec.quota_cpu, spec.quota_memory, spec.quota_pods, spec.quota_gpu) == (
+        "8",
+        "16Gi",
+        50,
+        0,
+    )
+    assert (spec.max_cpu, spec.max_memory, spec.max_gpu) == ("4", "8Gi", 0)
+    assert spec.egress_ports == (443,)
+    assert spec.egress_except_cidrs == ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+    assert (spec.s3_endpoint, spec.s3_insecure) == ("s3.eu-north-1.amazonaws.com", False)
+    assert (spec.tracking_host, spec.tracking_port) == (None, None)
+    assert (spec.default_cpu, spec.default_memory) == ("500m", "512Mi")
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"ARTIFACT_BUCKET": None}, "ARTIFACT_BUCKET"),
+        ({"DATA_MAX_CPU": "16"}, "max_cpu"),
+        ({"DATA_MAX_MEMORY": "32Gi"}, "max_memory"),
+        ({"DATA_MAX_CPU": "four"}, "CPU quantity"),
+        ({"DATA_NS_QUOTA_MEMORY": "lots"}, "memory quantity"),
+        ({"ML_MAX_GPU": 2, "ML_NS_QUOTA_GPU": 1}, "max_gpu"),
+        ({"DATA_EGRESS_EXCEPT_CIDRS": "10.0.0.1/8"}, "host bits"),
+        ({"DATA_EGRESS_EXCEPT_CIDRS": "not-a-cidr"}, "does not appear"),
+        ({"DATA_EGRESS_PORTS": "0"}, "ports are between"),
+        ({"S3_ENDPOINT_URL": "ftp://x"}, "S3_ENDPOINT_URL"),
+        ({"MLFLOW_URL": "mlflow:5000"}, "MLFLOW_URL"),
+        ({"MLFLOW_URL": "http://mlflow:99999"}, "MLFLOW_URL"),
+    ],
+)
+def test_an_inconsistent_configuration_is_a_config_error(
+    values: dict[str, Any], message: str
+) -> None:
+    base: dict[str, Any] = {"DATABASE_URL": "postgresql://u@h/db", "ARTIFACT_BUCKET": "bucket"}
+    with pytest.raises(ConfigError, match=message):
+        ProvisioningSpec.from_settings(Settings(**{**base, **values}))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"default_cpu": "8"}, "default_cpu .* at most max_cpu"),
+        ({"default_request_memory": "1Gi"}, "default_request_memory .* at most default_memory"),
+        ({"quota_pods": 0}, "quota_pods is at least 1"),
+        ({"api_server_ports": ()}, "needs api_server_ports"),
+        ({"tracking_port": None}, "go together"),
+        ({"artifact_bucket": ""}, "required"),
+        ({"api_server_ports": (70000,)}, "ports are between"),
+    ],
+)
+def test_an_inconsistent_spec_is_refused(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(SPEC, **change)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (None, ("s3.eu-north-1.amazonaws.com", False)),
+        ("https://minio.storage.svc:9000", ("minio.storage.svc:9000", False)),
+        ("http://127.0.0.1:5000/", ("127.0.0.1:5000", True)),
+        ("https://s3.example.com", ("s3.example.com", False)),
+        ("http://[::1]:9000", ("[::1]:9000", True)),
+        ("https://user:pw@s3.example.com", ("s3.example.com", False)),
+    ],
+)
+def test_the_s3_endpoint(url: str | None, expected: tuple[str, bool]) -> None:
+    assert s3_endpoint(url, "eu-north-1") == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (None, (None, None)),
+        ("http://mlflow.t.svc:5000", ("mlflow.t.svc", 5000)),
+        ("https://mlflow.example.com", ("mlflow.example.com", 443)),
+        ("http://mlflow.example.com/path", ("mlflow.example.com", 80)),
+    ],
+)
+def test_the_tracking_server(url: str | None, expected: tuple[str | None, int | None]) -> None:
+    assert tracking_server(url) == expected
+
+
+# --- the hash ---------------------------------------------------------------------------------
+def test_the_hash_is_a_stable_sha256() -> None:
+    digest = spec_hash(SPEC)
+    assert len(digest) == 64
+    assert int(digest, 16) >= 0
+    assert digest == spec_hash(dataclasses.replace(SPEC))
+    assert SPEC_SCHEMA_VERSION >= 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"quota_cpu": "9"},
+        {"quota_memory": "17Gi"},
+        {"quota_pods": 51},
+        {"quota_gpu": 5},
+        {"max_cpu": "3"},
+        {"max_memory": "7Gi"},
+        {"max_gpu": 1},
+        {"egress_ports": (443, 80)},
+        {"egress_except_cidrs": ("10.0.0.0/8",)},
+        {"artifact_bucket": "other"},
+        {"region": "us-east-1"},
+        {"s3_endpoint": "minio:9000"},
+        {"s3_insecure": True},
+        {"tracking_host": None, "tracking_port": None},
+        {"tracking_port": 5001},
+        {"api_server_cidrs": ("172.18.0.3/32",)},
+        {"api_server_ports": (443,)},
+        {"default_cpu": "400m"},
+        {"default_memory": "256Mi"},
+        {"default_request_cpu": "50m"},
+        {"default_request_memory": "64Mi"},
+    ],
+)
+def test_every_field_changes_the_hash(change: dict[str, Any]) -> None:
+    assert spec_hash(dataclasses.replace(SPEC, **change)) != spec_hash(SPEC)
+
+
+def test_the_hash_changes_with_the_schema_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    import compiler.provisioning as provisioning
+
+    before = spec_hash(SPEC)
+    monkeypatch.setattr(provisioning, "SPEC_SCHEMA_VERSION", SPEC_SCHEMA_VERSION + 1)
+    assert spec_hash(SPEC) != before
+
+
+_PORTS = st.lists(st.integers(min_value=1, max_value=65535), min_size=1, max_size=6)
+_CIDRS = st.lists(
+    st.sampled_from(["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fd00::/8"]),
+    max_size=5,
+)
+
+
+@given(ports=_PORTS, cidrs=_CIDRS, shuffle=st.randoms())
+def test_the_hash_ignores_order_and_repetition(
+    ports: list[int], cidrs: list[str], shuffle: Any
+) -> None:
+    one_way = dataclasses.replace(SPEC, egress_ports=tuple(ports), egress_except_cidrs=tuple(cidrs))
+    shuffled_ports, shuffled_cidrs = ports * 2, cidrs * 2
+    shuffle.shuffle(shuffled_ports)
+    shuffle.shuffle(shuffled_cidrs)
+    other_way = dataclasses.replace(
+        SPEC, egress_ports=tuple(shuffled_ports), egress_except_cidrs=tuple(shuffled_cidrs)
+    )
+    assert spec_hash(one_way) == spec_hash(other_way)
+    assert tenant_objects(TENANT, one_way) == tenant_objects(TENANT, other_way)
+
+
+@given(a=_PORTS, b=_PORTS)
+def test_different_port_sets_hash_differently(a: list[int], b: list[int]) -> None:
+    first = dataclasses.replace(SPEC, egress_ports=tuple(a))
+    second = dataclasses.replace(SPEC, egress_ports=tuple(b))
+    assert (spec_hash(first) == spec_hash(second)) == (set(a) == set(b))
+
+
+# --- drift ------------------------------------------------------------------------------------
+def as_served(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the API server would answer for ``obj``: server metadata and fields added."""
+    served = copy.deepcopy(obj)
+    served["metadata"].update(
+        uid="u-1",
+        resourceVersion="42",
+        creationTimestamp="2025-01-01T00:00:00Z",
+        managedFields=[{"manager": "someone"}],
+    )
+    served["metadata"]["labels"]["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
+    if obj["kind"] == "Namespace":
+        served["spec"] = {"finalizers": ["kubernetes"]}
+        served["status"] = {"phase": "Active"}
+    if obj["kind"] == "Secret":
+        served["data"] = {"token": "dG9rZW4=", "namespace": "bnM="}
+    return served
+
+
+@pytest.mark.parametrize("obj", tenant_objects(TENANT, SPEC), ids=lambda o: o["kind"])
+def test_an_object_as_served_has_not_drifted(obj: dict[str, Any]) -> None:
+    assert not drifted(obj, as_served(obj))
+
+
+def _edit_spec(path: list[Any], value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(obj: dict[str, Any]) -> None:
+        target = obj
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return edit
+
+
+def _drop(path: list[Any]) -> Callable[[dict[str, Any]], None]:
+    def edit(obj: dict[str, Any]) -> None:
+        target = obj
+        for key in path[:-1]:
+            target = target[key]
+        del target[path[-1]]
+
+    return edit
+
+
+DRIFTS: list[tuple[str, str, Callable[[dict[str, Any]], None]]] = [
+    ("ResourceQuota", "kubeopera-quota", _edit_spec(["spec", "hard", "pods"], "500")),
+    ("ResourceQuota", "kubeopera-quota", _drop(["spec", "hard", "requests.nvidia.com/gpu"])),
+    ("ResourceQuota", "kubeopera-quota", _edit_spec(["spec", "hard", "extra"], "1")),
+    ("LimitRange", "kubeopera-limits", _edit_spec(["spec", "limits", 0, "max", "cpu"], "64")),
+    ("NetworkPolicy", "kubeopera-egress", _edit_spec(["spec", "egress"], [{}])),
+    ("NetworkPolicy", "kubeopera-egress", _edit_spec(["spec", "policyTypes"], ["Ingress"])),
+    ("NetworkPolicy", "kubeopera-egress", _drop(["spec", "ingress"])),
+    ("ServiceAccount", "kubeopera-workload", _edit_spec(["automountServiceAccountToken"], True)),
+    ("ServiceAccount", "kubeopera-workload", _drop(["automountServiceAccountToken"])),
+    (
+        "ServiceAccount",
+        "kubeopera-executor",
+        _drop(["metadata", "annotations", "workflows.argoproj.io/service-account-token.name"]),
+    ),
+    ("Role", "kubeopera-executor", _edit_spec(["rules", 0, "verbs"], ["*"])),
+    ("RoleBinding", "kubeopera-spark", _edit_spec(["subjects", 0, "name"], "default")),
+    ("RoleBinding", "kubeopera-spark", _edit_spec(["roleRef", "name"], "admin")),
+    ("Secret", "kubeopera-executor.service-account-token", _edit_spec(["type"], "Opaque")),
+    ("ConfigMap", "artifact-repositories", _edit_spec(["data", "default-v1"], "s3: {}")),
+    ("ConfigMap", "artifact-repositories", _edit_spec(["data", "other"], "x")),
+    (
+        "ConfigMap",
+        "artifact-repositories",
+        _edit_spec(
+            ["metadata", "annotations", "workflows.argoproj.io/default-artifact-repository"], "x"
+        ),
+    ),
+    ("Namespace", NAMESPACE, _edit_spec(["metadata", "labels", "kubeopera.io/tenant"], "evil")),
+    (
+        "Namespace",
+        NAMESPACE,
+        _drop(["metadata", "labels", "pod-security.kubernetes.io/enforce"]),
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "name", "edit"), DRIFTS)
+def test_an_edit_of_a_field_we_own_is_drift(
+    kind: str, name: str, edit: Callable[[dict[str, Any]], None]
+) -> None:
+    desired = one(kind, name)
+    live = as_served(desired)
+    edit(live)
+    assert drifted(desired, live)
+    assert not drifted(desired, replacement(desired, live))
+
+
+NOT_DRIFTS: list[tuple[str, str, Callable[[dict[str, Any]], None]]] = [
+    ("ConfigMap", "artifact-repositories", _edit_spec(["metadata", "labels", "team"], "a")),
+    ("ConfigMap", "artifact-repositories", _edit_spec(["metadata", "annotations", "n"], "b")),
+    ("Namespace", NAMESPACE, _edit_spec(["spec", "finalizers"], [])),
+    ("Secret", "kubeopera-executor.service-account-token", _edit_spec(["data"], {})),
+    ("ResourceQuota", "kubeopera-quota", _edit_spec(["status"], {"used": {"pods": "3"}})),
+    # the API server's canonical form of the same quantity
+    ("ResourceQuota", "kubeopera-quota", _edit_spec(["spec", "hard", "requests.cpu"], "8000m")),
+    (
+        "LimitRange",
+        "kubeopera-limits",
+        _edit_spec(["spec", "limits", 0, "max", "memory"], "8192Mi"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "name", "edit"), NOT_DRIFTS)
+def test_what_others_own_is_not_drift(
+    kind: str, name: str, edit: Callable[[dict[str, Any]], None]
+) -> None:
+    desired = one(kind, name)
+    live = as_served(desired)
+    edit(live)
+    assert not drifted(desired, live)
+
+
+def test_quantities_compare_by_value_only_in_quotas_and_limits() -> None:
+    desired = {"kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"size": "1Gi"}}
+    assert drifted(desired, {**desired, "data": {"size": "1024Mi"}})
+    assert drifted(desired, {**desired, "data": {"size": 1}})
+
+
+def test_a_replacement_keeps_theirs_and_puts_back_ours() -> None:
+    desired = one("Namespace", NAMESPACE)
+    live = as_served(desired)
+    live["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] = "privileged"
+    live["metadata"]["labels"]["team"] = "data"
+    live["metadata"]["annotations"] = {"kubeopera.io/provisioning-spec-hash": "abc"}
+    body = replacement(desired, live)
+    assert body["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert body["metadata"]["labels"]["team"] == "data"
+    assert body["metadata"]["annotations"] == {"kubeopera.io/provisioning-spec-hash": "abc"}
+    assert body["metadata"]["resourceVersion"] == "42"
+    assert body["metadata"]["uid"] == "u-1"
+    assert "managedFields" not in body["metadata"]
+    assert body["spec"] == {"finalizers": ["kubernetes"]}
+    assert "status" not in body
+    assert live["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1Gi", 2**30),
+        ("1024Mi", 2**30),
+        ("500m", 0.5),
+        ("0.5", 0.5),
+        ("2e3", 2000),
+        ("1.5k", 1500),
+        ("8", 8),
+        ("100n", 1e-7),
+        ("lots", None),
+        ("1Zi", None),
+        ("", None),
+    ],
+)
+def test_quantity_value(text: str, value: float | None) -> None:
+    parsed = quantity_value(text)
+    if value is None:
+        assert parsed is None
+    else:
+        assert parsed is not None
+        assert float(parsed) == pytest.approx(value)
