@@ -97,6 +97,16 @@ class ClusterStore:
         created = self.create_raw(namespaces, None, kube_system, uid=kube_system_uid)
         self.kube_system_uid: str = created.meta["uid"]
         self.create_raw(namespaces, None, {"metadata": {"name": "default"}})
+        # The API server's own Service, as every cluster has it (pods reach the API there).
+        api_service = {
+            "metadata": {"name": "kubernetes", "labels": {"component": "apiserver"}},
+            "spec": {
+                "clusterIP": "10.96.0.1",
+                "clusterIPs": ["10.96.0.1"],
+                "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}],
+            },
+        }
+        self.create_raw(self._types[("", "v1", "services")], "default", api_service)
 
     # -- types ------------------------------------------------------------------------------
 

@@ -276,9 +276,10 @@ async def test_a_conflicting_write_is_retried_from_a_fresh_read(
 async def test_the_api_server_is_discovered_from_its_service_and_endpoints(
     cluster: RunningCluster, objects: KubeObjects
 ) -> None:
+    services = rtype(cluster, "v1", "services")
+    cluster.store.delete(services, "default", "kubernetes")  # the emulator starts with one
     assert await discover_api_server(objects) == ((), ())  # nothing to find: no rule
     cluster.store.register(ENDPOINT_SLICES)
-    services = rtype(cluster, "v1", "services")
     cluster.store.create(
         services,
         "default",
