@@ -123,18 +123,25 @@ class Walk:
     def namespaces(self, root: object, path: str) -> None:
         """Every field named ``namespace`` anywhere must be the tenant's (iteratively: no depth
         limit can crash it). Label, annotation and node-selector maps hold data, not fields."""
+        # Only containers are walked and only their paths built: scalars hold no fields, and
+        # joining a path for each of a large template's leaves was most of the cost.
         stack: list[tuple[object, str]] = [(root, path)]
         while stack:
             value, where = stack.pop()
             if isinstance(value, Mapping):
                 for key, item in value.items():
-                    child = self.join(where, key)
-                    if key == "namespace" and item != self.namespace:
-                        self.add(child, "foreign_namespace", RULES["foreign_namespace"])
-                    elif key not in _SKIP_MAPS:
-                        stack.append((item, child))
+                    if key == "namespace":
+                        if item != self.namespace:
+                            where_key = self.join(where, key)
+                            self.add(where_key, "foreign_namespace", RULES["foreign_namespace"])
+                    elif key not in _SKIP_MAPS and isinstance(item, Mapping | list):
+                        stack.append((item, self.join(where, key)))
             elif isinstance(value, list):
-                stack.extend((item, f"{where}[{index}]") for index, item in enumerate(value))
+                stack.extend(
+                    (item, f"{where}[{index}]")
+                    for index, item in enumerate(value)
+                    if isinstance(item, Mapping | list)
+                )
 
 
 def _member(value: object, names: frozenset[str] | set[str]) -> bool:

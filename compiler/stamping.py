@@ -26,6 +26,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
+import orjson
+
 from shared import labels as L
 
 PipelineKind = Literal["data", "ml"]
@@ -63,6 +65,17 @@ def template_name(pipeline_id: str, version: int) -> str:
     return f"p-{slug}-v{version}"
 
 
+def _copy(template: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy. Templates are JSON documents (compiled, or parsed by ``compiler.yamldoc``),
+    which a JSON round trip copies about ten times faster than ``copy.deepcopy``; anything
+    else (a caller's own mapping with other types) falls back to ``deepcopy``."""
+    try:
+        copied = orjson.loads(orjson.dumps(template))
+    except TypeError:
+        return copy.deepcopy(dict(template))
+    return copied if isinstance(copied, dict) else copy.deepcopy(dict(template))
+
+
 def _unreserved(values: object) -> dict[str, Any]:
     if not isinstance(values, Mapping):
         return {}
@@ -98,7 +111,7 @@ def stamp(
         raise ValueError(f"unknown pipeline kind {kind!r}")
     if namespace != f"{L.DATA_NAMESPACE_PREFIX}{tenant}":
         raise ValueError("a pipeline template lives in its tenant's data namespace")
-    document: dict[str, Any] = copy.deepcopy(dict(template))
+    document = _copy(template)
     ours = identity_labels(pipeline_id=pipeline_id, version=version, kind=kind)
 
     metadata = document.get("metadata")
