@@ -194,30 +194,3 @@ class PipelineStore:
             "ORDER BY registered DESC LIMIT 1"
         )
         return str(value) if value is not None else None
-
-    async def record_action(
-        self,
-        *,
-        cluster_id: str,
-        namespace: str,
-        name: str,
-        tenant: str,
-        actor: str,
-        action: str,
-        parameters: dict[str, Any],
-        outcome: str,
-        detail: dict[str, Any],
-    ) -> None:
-        await self._conn.execute(
-            "INSERT INTO run_actions (cluster_id, namespace, name, tenant, actor, action, "
-            "parameters, outcome, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            cluster_id,
-            namespace,
-            name,
-            tenant,
-            actor,
-            action,
-            parameters,
-            outcome,
-            detail,
-        )

@@ -28,6 +28,7 @@ from compiler.definitions import PipelineBody, Rendered, Target
 from compiler.pg_pipelines import PipelineRow, PipelineStore, VersionRow
 from compiler.stamping import PipelineKind, identity_labels, template_name
 from shared import labels as L
+from shared.db.audit import record_action
 from shared.db.pool import translate_db_errors
 from shared.errors import Conflict, DependencyDown, Invalid, NotFound, Refused
 from shared.logging import get_logger
@@ -355,18 +356,19 @@ class PipelineService:
             name = version.template_name
         else:
             name = str(result)
-        async with self._transaction() as store:
-            await store.record_action(
-                cluster_id=cluster_id or "host",
-                namespace=namespace,
-                name=name,
-                tenant=caller.tenant,
-                actor=caller.actor,
-                action="run",
-                parameters=parameters,
-                outcome=outcome,
-                detail=detail,
-            )
+        await record_action(
+            self._pool,
+            cluster_id=cluster_id or "host",
+            namespace=namespace,
+            name=name,
+            run_uid=None,
+            tenant=caller.tenant,
+            actor=caller.actor,
+            action="run",
+            parameters=parameters,
+            outcome=outcome,
+            detail=detail,
+        )
 
 
 def run_manifest(

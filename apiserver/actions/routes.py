@@ -11,7 +11,6 @@ from aiohttp import web
 
 from apiserver.actions import planning
 from apiserver.actions.k8s_workflows import ClusterWorkflows
-from apiserver.actions.pg_audit import record_action
 from apiserver.actions.planning import RetryMode, Shutdown
 from apiserver.auth import Identity, Permission, identity_of
 from apiserver.params import json_body, query_params, string_map
@@ -19,6 +18,7 @@ from apiserver.routing import API_PREFIX, Param, RouteSpec
 from apiserver.runs.routes import RUN_PATH, visible_run
 from apiserver.services import SERVICES, Services
 from shared.argo import ArgoServer
+from shared.db.audit import record_action
 from shared.errors import Conflict, Invalid, NotFound, WorkflowManagerError
 from shared.logging import get_logger
 

@@ -1,4 +1,7 @@
-"""The audit record of every action: ``run_actions`` (actor, time, target, outcome)."""
+"""The audit record of every action on a run: ``run_actions`` (actor, time, target, outcome).
+
+Written by the apiserver (stop, terminate, retry, submit) and the compiler (pipeline runs).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from shared.db.pool import translate_db_errors
 
 
 async def record_action(
-    pool: asyncpg.Pool,
+    pool: asyncpg.Pool | asyncpg.Connection,
     *,
     cluster_id: str,
     namespace: str,
