@@ -7,7 +7,7 @@ See ``docs/normalisation.md`` for how every field is derived.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import TypeAlias
@@ -93,6 +93,9 @@ class RunRecord:
     graph: JSONObject
     graph_truncated: bool
     node_count: int
+    # ``graph`` as compact JSON when the normaliser already encoded it (the store writes this
+    # instead of encoding the graph again); not part of the record's value.
+    graph_json: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> tuple[str, str, str, str]:

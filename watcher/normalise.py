@@ -26,7 +26,7 @@ from watcher.graph import (
     MAX_GRAPH_NODES,
     MAX_MESSAGE_BYTES,
     MAX_PARAMETER_BYTES,
-    graph,
+    encoded_graph,
     pod_name,
 )
 from watcher.reading import (
@@ -187,7 +187,7 @@ def normalise(
     message = text(status.get("message"))
     estimated = _integer(status.get("estimatedDuration"))
 
-    run_graph = graph(
+    run_graph, graph_json = encoded_graph(
         workflow_name=name,
         status=status,
         pod_name_format=annotations.get(L.ARGO_POD_NAME_FORMAT),
@@ -232,6 +232,7 @@ def normalise(
         graph=run_graph,
         graph_truncated=run_graph["truncated"] is True,
         node_count=_as_int(run_graph["node_count"]),
+        graph_json=graph_json.decode(),
     )
 
 

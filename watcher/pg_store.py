@@ -127,7 +127,9 @@ def record_columns(records: Sequence[RunRecord]) -> list[list[Any]]:
     columns: list[list[Any]] = []
     for column, _, _ in _COLUMNS:
         values = [getattr(record, column) for record in records]
-        if column in _JSON_COLUMNS:
+        if column == "graph":
+            values = [record.graph_json or _dumps(record.graph) for record in records]
+        elif column in _JSON_COLUMNS:
             values = [_dumps(v) for v in values]
         else:
             values = [str(v) if column in ("source", "phase") else v for v in values]

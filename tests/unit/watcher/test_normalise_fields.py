@@ -237,7 +237,9 @@ def test_fixture_fields(fixture: str) -> None:
         assert stamp is None or stamp.utcoffset() == timedelta(0)
     # Every field is accounted for by the table or the cluster/labels/graph checks above.
     checked = set(expected) | {"cluster_id", "cluster_name", "region", "provider", "labels"}
-    assert {f.name for f in dataclasses.fields(RunRecord)} - checked == {"graph"}
+    assert {f.name for f in dataclasses.fields(RunRecord)} - checked == {"graph", "graph_json"}
+    assert record.graph_json is not None
+    assert json.loads(record.graph_json) == record.graph
 
 
 @pytest.mark.parametrize("fixture", FIXTURE_NAMES)

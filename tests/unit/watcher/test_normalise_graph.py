@@ -9,6 +9,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import pytest
 
 from shared.runs import RunRecord
@@ -25,6 +26,11 @@ from watcher.normalise import (
 )
 
 # --- the graph of each fixture -----------------------------------------------------------------
+
+
+def stored_size(record: RunRecord) -> int:
+    """The graph's size as the store writes it: compact UTF-8 JSON."""
+    return len(orjson.dumps(record.graph))
 
 
 def test_running_dag_graph_nodes_artifacts_and_pods() -> None:
@@ -328,7 +334,7 @@ def test_huge_graph_is_bounded(huge: tuple[dict[str, Any], set[str], RunRecord])
     assert record.graph["truncated"] is True
     assert record.node_count == 50_000
     assert 0 < len(nodes) <= 2000
-    assert len(json.dumps(record.graph, separators=(",", ":"))) <= MAX_GRAPH_BYTES
+    assert stored_size(record) <= MAX_GRAPH_BYTES
 
 
 def test_huge_graph_keeps_failures_root_and_summary(
@@ -379,7 +385,7 @@ def test_byte_limit_truncates_a_small_but_heavy_graph() -> None:
     nodes = graph_nodes(record)
     assert record.graph_truncated is True
     assert record.node_count == 300
-    assert len(json.dumps(record.graph, separators=(",", ":"))) <= 200_000
+    assert stored_size(record) <= 200_000
     assert nodes[0]["id"] == "fanout-zz9k1"
     untruncated = normalise(document, CLUSTER, max_graph_bytes=10_000_000)
     assert untruncated.graph_truncated is False
@@ -391,7 +397,7 @@ def test_graph_with_one_giant_node_stays_under_the_byte_limit() -> None:
     node["inputs"] = {"parameters": [{"name": f"p{i}", "value": "z" * 16_000} for i in range(100)]}
     record = normalise(document, CLUSTER)
     assert record.graph_truncated is True
-    assert len(json.dumps(record.graph, separators=(",", ":"))) <= MAX_GRAPH_BYTES
+    assert stored_size(record) <= MAX_GRAPH_BYTES
     assert len(graph_nodes(record)) == 3
 
 
