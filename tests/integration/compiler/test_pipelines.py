@@ -3,6 +3,7 @@ host cluster with Argo and real PostgreSQL (tenant provisioning included, storag
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -436,3 +437,63 @@ async def test_the_compiler_refuses_calls_without_its_key(stack: Stack) -> None:
         "/internal/v1/pipelines/data", json=payload, headers={"X-Internal-Key": INTERNAL_KEY}
     )
     assert response.status == 201
+
+
+async def test_concurrent_saves_of_one_pipeline_get_distinct_versions(stack: Stack) -> None:
+    _, saved = await stack.call("POST", "data-pipelines", json=body())
+    pipeline = saved["id"]
+    answers = await asyncio.gather(
+        *(
+            stack.call("PUT", f"data-pipelines/{pipeline}", json=body(extra_step=n % 2 == 0))
+            for n in range(4)
+        )
+    )
+    assert sorted(answer["version"] for status, answer in answers if status == 200) == [2, 3, 4, 5]
+    versions = await stack.pool.fetch(
+        "SELECT version, template_name FROM pipeline_versions WHERE pipeline_id = $1", pipeline
+    )
+    assert {row["template_name"] for row in versions} <= set(stack.templates())
+    assert len(versions) == 5
+
+
+async def test_a_yaml_pipeline_is_saved_and_runs_as_written(stack: Stack) -> None:
+    yaml_body = {
+        "name": "mine",
+        "parameters": {"size": "20"},
+        "definition": {"type": "yaml", "template": YAML_TEMPLATE},
+    }
+    status, saved = await stack.call("POST", "data-pipelines", json=yaml_body)
+    assert status == 201, saved
+    assert any("metadata.name" in warning for warning in saved["warnings"])
+    status, detail = await stack.call("GET", f"data-pipelines/{saved['id']}")
+    assert detail["current"]["parameters"] == [{"name": "size", "default": "20"}]
+    template = detail["current"]["template"]
+    assert template["spec"]["templates"][0]["container"]["image"] == "alpine:3.20"
+    status, run = await stack.call(
+        "POST", f"data-pipelines/{saved['id']}/run", json={"parameters": {"size": "5"}}
+    )
+    assert status == 201, run
+    done = await _finish(stack, run["workflow"]["name"])
+    assert done["status"]["phase"] == "Succeeded"
+
+
+async def test_ml_pipelines_are_their_own_kind_with_gpu_limits(
+    db: asyncpg.Pool, database_url: str, settings_factory: Any
+) -> None:
+    async for stack in make_stack(
+        db, database_url, settings_factory, ML_MAX_GPU=1, ML_NS_QUOTA_GPU=2
+    ):
+        spec = wizard()
+        spec["steps"][0]["resources"] = {"limits": {"gpu": 2}}
+        gpu_body = {"name": "train", "definition": {"type": "wizard", "spec": spec}}
+        status, refused = await stack.call("POST", "ml-pipelines", json=gpu_body)
+        assert status == 400, refused
+        spec["steps"][0]["resources"] = {"limits": {"gpu": 1}}
+        status, saved = await stack.call("POST", "ml-pipelines", json=gpu_body)
+        assert status == 201, saved
+        status, refused = await stack.call("POST", "data-pipelines", json=gpu_body)
+        assert status == 400, refused  # data steps get no GPU
+        status, listing = await stack.call("GET", "ml-pipelines")
+        assert [item["kind"] for item in listing["items"]] == ["ml"]
+        status, _ = await stack.call("GET", f"data-pipelines/{saved['id']}")
+        assert status == 404
