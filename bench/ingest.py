@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import realistic_workflow, rss_mb, scratch_database
 
 TENANTS = ("acme", "globex", "initech", "umbrella")
-ROUNDS = 2  # interleaved baseline / informer rounds in the throughput part
+ROUNDS = 3  # interleaved baseline / informer rounds in the throughput part (best of each)
 
 
 # --- the child: simulated clusters ---------------------------------------------------------
