@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from compiler import allowlist, argo_schema
 from compiler.compile import StepLimits, compile_wizard
-from compiler.spec import parameter_value
+from compiler.spec import field_path, parameter_value
 from compiler.stamping import PipelineKind, stamp
 from compiler.yamldoc import parse_template_yaml
 from shared import labels as L
@@ -82,20 +82,13 @@ class PipelineBody(_Model):
     notifications: Any = None
 
 
-def _field(location: Sequence[int | str]) -> str:
-    text = ""
-    for part in location:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "body"
-
-
 def parse_body(data: object) -> PipelineBody:
     """The validated body; ``Invalid`` names every offending field."""
     try:
         body = PipelineBody.model_validate(data)
     except ValidationError as exc:
         errors = [
-            {"field": _field(error["loc"]), "message": error["msg"]} for error in exc.errors()
+            {"field": field_path(error["loc"]), "message": error["msg"]} for error in exc.errors()
         ]
         summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
         raise Invalid(f"the pipeline is invalid: {summary}", details={"errors": errors}) from exc

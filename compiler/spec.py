@@ -11,7 +11,7 @@ The schema is documented in docs/pipeline-spec.md.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
@@ -272,7 +272,8 @@ class PipelineSpec(_Model):
 # --- parsing and cross-field rules --------------------------------------------------------------
 
 
-def _field(location: tuple[int | str, ...]) -> str:
+def field_path(location: Sequence[int | str]) -> str:
+    """A pydantic error location as a field path: ``steps[2].resources.limits.cpu``."""
     text = ""
     for part in location:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
@@ -296,7 +297,7 @@ def parse_spec(data: object) -> PipelineSpec:
             spec = PipelineSpec.model_validate(data)
         except ValidationError as exc:
             errors = [
-                {"field": _field(tuple(error["loc"])), "message": error["msg"]}
+                {"field": field_path(error["loc"]), "message": error["msg"]}
                 for error in exc.errors()
             ]
             raise _invalid(errors) from exc
