@@ -1,11 +1,11 @@
 """The execution graph of an Argo ``Workflow`` as a bounded JSON object (``RunRecord.graph``).
 
-Purely computational, no side effects: no I/O, no clock, no logging. ``watcher.normalise`` calls
-``graph`` with the workflow's status; the rules (compact nodes, artifact locations, pod names,
-bounding huge graphs) are in ``docs/normalisation.md``. The defensive readers both modules use
-(a field of the wrong type reads as absent; text is made storable in PostgreSQL) are in
-``watcher.reading``. This runs on every watch event: the common case, a clean ASCII string,
-costs no extra call.
+Purely computational, no side effects: no I/O, no clock, no logging. ``watcher.normalise``
+calls ``encoded_graph`` with the workflow's status; the rules (compact nodes, artifact
+locations, pod names, bounding huge graphs) are in ``docs/normalisation.md``. The defensive
+readers both modules use (a field of the wrong type reads as absent; text is made storable in
+PostgreSQL) are in ``watcher.reading``. This runs on every watch event: the common case, a
+clean ASCII string, costs no extra call.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ __all__ = [
     "MAX_PARAMETER_BYTES",
     "TRUNCATION_MARKER",
     "encoded_graph",
-    "graph",
     "parse_timestamp",
     "pod_name",
 ]
@@ -91,25 +90,6 @@ _ENCODER: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, de
 # --- the graph --------------------------------------------------------------------------------
 
 
-def graph(
-    *,
-    workflow_name: str,
-    status: Mapping[str, object],
-    pod_name_format: str | None,
-    max_nodes: int = MAX_GRAPH_NODES,
-    max_bytes: int = MAX_GRAPH_BYTES,
-) -> JSONObject:
-    """The graph of a workflow's status: compact nodes, bounded, with counts over every node."""
-    envelope, _ = encoded_graph(
-        workflow_name=workflow_name,
-        status=status,
-        pod_name_format=pod_name_format,
-        max_nodes=max_nodes,
-        max_bytes=max_bytes,
-    )
-    return envelope
-
-
 def encoded_graph(
     *,
     workflow_name: str,
@@ -118,8 +98,9 @@ def encoded_graph(
     max_nodes: int = MAX_GRAPH_NODES,
     max_bytes: int = MAX_GRAPH_BYTES,
 ) -> tuple[JSONObject, bytes]:
-    """``graph`` and its compact UTF-8 JSON, at most ``max_bytes`` long. The size check needs
-    the encoding anyway, so the store is handed it instead of encoding the graph again."""
+    """The graph of a workflow's status (compact nodes, bounded, with counts over every node)
+    and its compact UTF-8 JSON, at most ``max_bytes`` long. The size check needs the encoding
+    anyway, so the store is handed it instead of encoding the graph again."""
     nodes, nodes_source = _status_nodes(status)
     repository_ref = status.get("artifactRepositoryRef")
     context = _NodeContext(
