@@ -58,7 +58,15 @@ async def fresh_database() -> str:
 
 def start(name: str, command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     logfile = (STATE / f"{name}.log").open("ab")
-    return subprocess.Popen(command, env=env, stdout=logfile, stderr=subprocess.STDOUT, cwd=ROOT)
+    # A session of its own: Ctrl-C reaches the demo alone, which stops everything in order.
+    return subprocess.Popen(
+        command,
+        env=env,
+        stdout=logfile,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        start_new_session=True,
+    )
 
 
 async def create_bucket() -> None:
@@ -428,12 +436,16 @@ async def main() -> None:
                 if not task.cancelled() and task.exception():
                     log(f"showcase failed: {task.exception()!r}")
     finally:
-        for process in processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in processes.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=30)
+        # The deployables first, while the clusters they release their leases on still answer.
+        world = ("sim", "moto")
+        deployables = [p for name, p in processes.items() if name not in world]
+        for group in (deployables, [processes[name] for name in world if name in processes]):
+            for process in group:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+            for process in group:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=30)
         log("stopped")
 
 
