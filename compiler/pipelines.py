@@ -179,6 +179,12 @@ class PipelineService:
                     actor=caller.actor,
                 )
             except asyncpg.UniqueViolationError:
+                # Another save of that name won the race after our check: the template we just
+                # applied belongs to no pipeline, so it goes again.
+                metadata = rendered.template["metadata"]
+                await self._objects.delete(
+                    ARGO_API_VERSION, TEMPLATE_KIND, metadata["namespace"], metadata["name"]
+                )
                 raise Conflict(
                     f"a {kind} pipeline named {body.name!r} exists already",
                     details={"name": body.name},

@@ -497,3 +497,27 @@ async def test_ml_pipelines_are_their_own_kind_with_gpu_limits(
         assert [item["kind"] for item in listing["items"]] == ["ml"]
         status, _ = await stack.call("GET", f"data-pipelines/{saved['id']}")
         assert status == 404
+
+
+async def test_a_create_that_loses_the_race_for_its_name_removes_its_template(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objects = stack.compiler.service._objects
+    apply = objects.apply
+
+    async def apply_then_lose_the_race(obj: Any) -> str:
+        result = await apply(obj)
+        if obj["kind"] != "WorkflowTemplate":
+            return result  # tenant provisioning shares the client
+        # Another replica's save of the same name commits between our check and our insert.
+        await stack.pool.execute(
+            "INSERT INTO pipelines (id, tenant, kind, name, definition_type, current_version, "
+            "latest_version, created_by) VALUES ('winner', 'acme', 'data', 'same', 'yaml', 1, "
+            "1, 'bob')"
+        )
+        return result
+
+    monkeypatch.setattr(objects, "apply", apply_then_lose_the_race)
+    status, answer = await stack.call("POST", "data-pipelines", json=body("same"))
+    assert (status, answer["error"]) == (409, "conflict"), answer
+    assert stack.templates() == []  # the loser's template did not stay behind
