@@ -9,8 +9,9 @@ when they are not running.
 from __future__ import annotations
 
 import os
+import socket
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import asyncpg
@@ -105,3 +106,20 @@ def settings_factory(database_url: str) -> Callable[..., Any]:
         return Settings(**values)
 
     return build
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    """A moto server (S3, IAM, ...) on a free port for the tests of one module, with no
+    authentication (tests/integration/compiler/test_storage_users.py runs its own with it)."""
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()

@@ -3,12 +3,10 @@ S3: the apiserver reaches clusters through the registry's kubeconfigs like in pr
 
 from __future__ import annotations
 
-import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from moto.server import ThreadedMotoServer
 
 from shared.runs import ClusterRef
 from sim.argo.samples import install_samples
@@ -19,19 +17,6 @@ from watcher.normalise import normalise
 
 BUCKET = "wm-artifacts"
 NS = "kubeopera-data-acme"
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -6,15 +6,13 @@ out to every tenant, recording each tenant's applied hash."""
 from __future__ import annotations
 
 import base64
-import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from compiler.k8s_objects import KubeObjects
 from compiler.provisioning import ARTIFACT_CREDENTIALS_SECRET
@@ -25,19 +23,6 @@ from shared.k8s import client_from_kubeconfig
 from sim.kube.server import RunningCluster, start_cluster
 
 BUCKET = "tenant-artifacts"
-
-
-@pytest.fixture(scope="module")
-def iam_endpoint() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
 
 
 @dataclass
@@ -82,7 +67,7 @@ class Rig:
 
 
 @pytest.fixture
-async def rig(db: asyncpg.Pool, settings_factory: Any, iam_endpoint: str) -> AsyncIterator[Rig]:
+async def rig(db: asyncpg.Pool, settings_factory: Any, moto_endpoint: str) -> AsyncIterator[Rig]:
     cluster = await start_cluster("tenants-test")
     api = await client_from_kubeconfig(cluster.kubeconfig)
     settings = settings_factory(
@@ -93,7 +78,7 @@ async def rig(db: asyncpg.Pool, settings_factory: Any, iam_endpoint: str) -> Asy
         ARTIFACT_IAM_BOUNDARY_ARN="arn:aws:iam::123456789012:policy/kubeopera-tenants",
     )
     try:
-        yield Rig(cluster, db, iam_endpoint, settings, KubeObjects(api))
+        yield Rig(cluster, db, moto_endpoint, settings, KubeObjects(api))
     finally:
         await api.close()
         await cluster.stop()

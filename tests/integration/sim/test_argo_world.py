@@ -7,16 +7,12 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import boto3
-import pytest
 from kubernetes_asyncio import client, config
-from moto.server import ThreadedMotoServer
 
 from sim.world import start_world
 from tests.integration.sim._argo import (
@@ -31,27 +27,9 @@ from tests.integration.sim._argo import (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Any:
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-
-
-async def test_logs_archived_to_s3_before_pod_gc(s3_endpoint: str) -> None:
+async def test_logs_archived_to_s3_before_pod_gc(moto_endpoint: str) -> None:
     world = await start_world(
-        1, tick=0.01, autostart=False, pod_gc_delay=0, s3_endpoint=s3_endpoint, bucket="logs"
+        1, tick=0.01, autostart=False, pod_gc_delay=0, s3_endpoint=moto_endpoint, bucket="logs"
     )
     try:
         host = world.host
@@ -69,7 +47,7 @@ async def test_logs_archived_to_s3_before_pod_gc(s3_endpoint: str) -> None:
             assert pods.items == []
             s3 = boto3.client(
                 "s3",
-                endpoint_url=s3_endpoint,
+                endpoint_url=moto_endpoint,
                 aws_access_key_id="t",
                 aws_secret_access_key="t",
                 region_name="us-east-1",

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from compiler.k8s_objects import KINDS
-from compiler.provisioning import ROLES, ProvisioningSpec, tenant_objects
+from compiler.provisioning import ROLES, tenant_objects
+from tests.unit.compiler._specs import BARE, TENANT
 
 RBAC = Path(__file__).resolve().parents[3] / "charts/workflow-manager/templates/rbac.yaml"
 _TEMPLATE = re.compile(r"{{-?[^}]*}}")
@@ -52,21 +53,7 @@ def test_the_compiler_holds_what_each_tenant_role_grants(account: str) -> None:
 
 
 def test_the_compiler_may_apply_every_object_it_provisions() -> None:
-    spec = ProvisioningSpec(
-        quota_cpu="8",
-        quota_memory="16Gi",
-        quota_pods=50,
-        quota_gpu=0,
-        max_cpu="4",
-        max_memory="8Gi",
-        max_gpu=0,
-        egress_ports=(443,),
-        egress_except_cidrs=("10.0.0.0/8",),
-        artifact_bucket="b",
-        region="eu-north-1",
-        s3_endpoint="s3.eu-north-1.amazonaws.com",
-    )
-    for obj in tenant_objects("acme", spec):
+    for obj in tenant_objects(TENANT, BARE):
         group = obj["apiVersion"].rpartition("/")[0]
         plural = KINDS[(obj["apiVersion"], obj["kind"])].plural
         for verb in ("get", "create", "update"):
