@@ -11,6 +11,8 @@ from typing import Any
 from sim.kube.selectors import FieldSelector, LabelSelector
 from sim.kube.types import EventType, JsonObject, ResourceType
 
+_BATCH_BYTES = 1 << 20  # what next_batch hands over at most (one line may exceed it)
+
 
 def event_line(etype: str, data: bytes) -> bytes:
     """One newline-delimited watch event around an already serialised object."""
@@ -138,8 +140,13 @@ class WatchStream:
         give_up = None if max_wait is None else loop.time() + max_wait
         while True:
             if self._queue:
-                batch = list(self._queue)
-                self._queue.clear()
+                # At most about a megabyte at a time, as the API server streams a long replay:
+                # the client sees the first events at once, not after the whole backlog.
+                batch, size = [], 0
+                while self._queue and size < _BATCH_BYTES:
+                    line = self._queue.popleft()
+                    batch.append(line)
+                    size += len(line)
                 return batch
             if self._ended:
                 return None
