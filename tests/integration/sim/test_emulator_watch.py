@@ -4,6 +4,7 @@ selectors, bookmarks, timeouts, 410 after compaction; and the store's in-process
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -194,3 +195,27 @@ async def test_stopping_a_cluster_ends_open_watches_promptly() -> None:
         await running.stop()
         assert await response.content.read() == b""
         assert loop.time() - started < 1.5
+
+
+async def test_a_long_replay_is_handed_over_in_bounded_batches(cluster: RunningCluster) -> None:
+    # As the API server streams a watch: the first events leave at once, not after the whole
+    # backlog has been joined into one write.
+    store = cluster.store
+    workflows = store.resolve("argoproj.io", "v1alpha1", "workflows")
+    rv = str(store.resource_version)
+    for n in range(40):
+        document = _workflow(f"big-{n}")
+        document["metadata"]["annotations"] = {"padding": "x" * 100_000}
+        store.create(workflows, "default", document)
+    stream = store.open_watch(workflows, "default", resource_version=rv, timeout=1.0)
+    try:
+        batches = []
+        while batch := await stream.next_batch(0.05):
+            batches.append(batch)
+    finally:
+        stream.close()
+    assert len(batches) > 1
+    line_size = max(len(line) for batch in batches for line in batch)
+    assert all(sum(map(len, batch)) < (1 << 20) + line_size for batch in batches)
+    names = [json.loads(line)["object"]["metadata"]["name"] for b in batches for line in b]
+    assert names == [f"big-{n}" for n in range(40)]
