@@ -18,5 +18,10 @@ LAG_SECONDS = Histogram(
     "From receiving a workflow change to committing it",
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
+ARGO_LAG_SECONDS = Histogram(
+    "wm_watcher_argo_lag_seconds",
+    "From the newest time Argo wrote into a workflow (whole seconds) to committing it",
+    buckets=(1, 2, 5, 10, 30, 60, 300, 3600),
+)
 WRITE_FAILURES = Counter("wm_watcher_write_failures_total", "Batches that failed to commit")
 CLUSTERS_WATCHED = Gauge("wm_watcher_clusters_watched", "Clusters this replica informs on")

@@ -47,6 +47,7 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "MAX_PARAMETER_BYTES",
     "TRUNCATION_MARKER",
+    "last_change_at",
     "normalise",
     "parse_progress",
     "parse_timestamp",
@@ -234,6 +235,28 @@ def normalise(
         node_count=_as_int(run_graph["node_count"]),
         graph_json=graph_json.decode(),
     )
+
+
+def last_change_at(record: RunRecord) -> datetime | None:
+    """The newest time Argo wrote into the run: its creation, its start or end, or the start
+    or end of any node kept in its graph (whole seconds, as Argo writes them). The watcher's
+    lag metric measures from here to the commit."""
+    newest = max(
+        (moment for moment in (record.created_at, record.started_at, record.finished_at) if moment),
+        default=None,
+    )
+    nodes = record.graph.get("nodes")
+    latest = ""  # node times are UTC RFC 3339 text ('Z'), which orders as the times do
+    for node in nodes if isinstance(nodes, list) else ():
+        if isinstance(node, dict):
+            for key in ("startedAt", "finishedAt"):
+                moment = node.get(key)
+                if isinstance(moment, str) and moment > latest:
+                    latest = moment
+    node_time = parse_timestamp(latest) if latest else None
+    if node_time is not None and (newest is None or node_time > newest):
+        return node_time
+    return newest
 
 
 def _phase(raw: object, started_at: datetime | None) -> RunPhase:

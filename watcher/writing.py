@@ -21,7 +21,7 @@ from shared.logging import get_logger
 from shared.runs import ClusterRef, RunRecord
 from watcher import metrics
 from watcher.k8s_informer import ChangeQueue, Deleted, WorkflowKey
-from watcher.normalise import normalise
+from watcher.normalise import last_change_at, normalise
 from watcher.pg_store import RunStore, Tombstone
 from watcher.queueing import Pending
 
@@ -95,6 +95,7 @@ class RunWriter:
         batch_size: int = 200,
         backoff_max: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._queue = queue
         self._store = store
@@ -102,6 +103,7 @@ class RunWriter:
         self._batch_size = batch_size
         self._backoff_max = backoff_max
         self._clock = clock
+        self._wall_clock = wall_clock
         self.committed = 0  # changes committed since start (tests, benchmarks)
 
     async def run(self) -> None:
@@ -150,6 +152,11 @@ class RunWriter:
             metrics.UPSERT_SECONDS.observe(now - started)
             for _, pending in batch:
                 metrics.LAG_SECONDS.observe(now - pending.first_seen)
+            wall = self._wall_clock()
+            for record in prepared.records:
+                if (changed := last_change_at(record)) is not None:
+                    # Clocks of the cluster and of the watcher differ a little: never below 0.
+                    metrics.ARGO_LAG_SECONDS.observe(max(0.0, wall - changed.timestamp()))
 
     async def _write(self, prepared: PreparedBatch) -> int:
         try:

@@ -385,6 +385,8 @@ async def test_metrics_follow_ingest(
     cluster_id = world.clusters[1].id
     events_before = sample("wm_watcher_events_total", cluster=cluster_id, type="ADDED")
     lag_before = sample("wm_watcher_lag_seconds_count")
+    argo_lag_before = sample("wm_watcher_argo_lag_seconds_count")
+    argo_lag_sum_before = sample("wm_watcher_argo_lag_seconds_sum")
     commits_before = sample("wm_watcher_upsert_seconds_count")
     submit(world.clusters[1].store, "argo", dag_workflow("measured", ticks=1))
 
@@ -395,6 +397,11 @@ async def test_metrics_follow_ingest(
     assert sample("wm_watcher_events_total", cluster=cluster_id, type="ADDED") > events_before
     assert sample("wm_watcher_events_total", cluster=cluster_id, type="MODIFIED") > 0
     assert sample("wm_watcher_lag_seconds_count") > lag_before
+    # Argo's times are whole seconds: each change is committed within a few of them.
+    argo_lags = sample("wm_watcher_argo_lag_seconds_count") - argo_lag_before
+    assert argo_lags > 0
+    mean = (sample("wm_watcher_argo_lag_seconds_sum") - argo_lag_sum_before) / argo_lags
+    assert mean < 5
     assert sample("wm_watcher_upsert_seconds_count") > commits_before
     assert sample("wm_watcher_relists_total", cluster=cluster_id) >= 1
     assert sample("wm_watcher_clusters_watched") == 2

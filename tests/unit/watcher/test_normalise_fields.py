@@ -21,6 +21,7 @@ from tests.unit.watcher._workflows import (
     without,
 )
 from watcher.normalise import (
+    last_change_at,
     normalise,
     parse_progress,
     parse_timestamp,
@@ -540,3 +541,36 @@ def test_identity_helpers() -> None:
         workflow_key(without(PENDING, "metadata", "uid"))
     with pytest.raises(Invalid):
         resource_version_of(with_value(PENDING, "x1", "metadata", "resourceVersion"))
+
+
+# --- the time of the last change Argo wrote --------------------------------------------------
+
+
+def _times_in(document: dict[str, Any]) -> list[datetime]:
+    """Every creation, start and end time in a raw Workflow, read independently of watcher."""
+    status = document.get("status") or {}
+    found = [document["metadata"].get("creationTimestamp")]
+    found += [status.get("startedAt"), status.get("finishedAt")]
+    for node in (status.get("nodes") or {}).values():
+        found += [node.get("startedAt"), node.get("finishedAt")]
+    return [datetime.fromisoformat(t.replace("Z", "+00:00")) for t in found if t]
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_last_change_is_the_newest_time_argo_wrote(name: str) -> None:
+    document = load(name)
+    assert last_change_at(normalise(document, CLUSTER)) == max(_times_in(document))
+
+
+def test_last_change_of_a_running_workflow_is_its_newest_node() -> None:
+    document = load("running_dag_artifacts")
+    nodes = document["status"]["nodes"]
+    last = next(reversed(nodes))
+    nodes[last]["startedAt"] = "2031-01-02T03:04:05Z"
+    nodes[last].pop("finishedAt", None)
+    assert last_change_at(normalise(document, CLUSTER)) == at(2031, 1, 2, 3, 4, 5)
+
+
+def test_last_change_without_any_time_is_unknown() -> None:
+    document = without(load("pending_no_status"), "metadata", "creationTimestamp")
+    assert last_change_at(normalise(document, CLUSTER)) is None
