@@ -246,7 +246,9 @@ def last_change_at(record: RunRecord) -> datetime | None:
         default=None,
     )
     nodes = record.graph.get("nodes")
-    latest = ""  # node times are UTC RFC 3339 text ('Z'), which orders as the times do
+    # Node times are UTC RFC 3339 text ending in 'Z' (watcher.graph writes them so), which
+    # orders as the times do, to within the fraction of a second Argo rarely writes.
+    latest = ""
     for node in nodes if isinstance(nodes, list) else ():
         if isinstance(node, dict):
             for key in ("startedAt", "finishedAt"):
