@@ -21,7 +21,7 @@ from apiserver.services import SERVICES, Services
 from apiserver.stream.hub import StreamHub
 from apiserver.stream.routes import HUB
 from apiserver.stream.routes import ROUTES as STREAM_ROUTES
-from shared.web import error_middleware
+from shared.web import error_middleware, request_id_header
 
 
 def route_specs() -> list[RouteSpec]:
@@ -55,6 +55,7 @@ def create_app(
         ],
         client_max_size=1024 * 1024,  # pipelines carry YAML; json_body limits others
     )
+    app.on_response_prepare.append(request_id_header)
     app[SERVICES] = services
     app[HUB] = hub
     add_routes(app, route_specs() if specs is None else specs)

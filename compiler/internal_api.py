@@ -24,7 +24,7 @@ from aiohttp import web
 from compiler.pipelines import Caller, PipelineService
 from compiler.stamping import PipelineKind
 from shared.errors import Invalid, NotFound
-from shared.web import error_middleware, json_body, key_middleware
+from shared.web import error_middleware, json_body, key_middleware, request_id_header
 
 INTERNAL_KEY_HEADER: Final = "X-Internal-Key"
 PREFIX: Final = "/internal/v1/pipelines"
@@ -111,6 +111,7 @@ def create_app(service: PipelineService, *, internal_key: str | None) -> web.App
         ],
         client_max_size=MAX_BODY,
     )
+    app.on_response_prepare.append(request_id_header)
     app[SERVICE] = service
     app.router.add_post(f"{PREFIX}/{{kind}}/validate", validate)
     app.router.add_post(f"{PREFIX}/{{kind}}", create)

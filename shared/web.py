@@ -4,6 +4,8 @@
   (docs/api.md, "Errors"). ``shared.errors`` types keep their status, code, message and details;
   aiohttp's own HTTP errors (unknown path, wrong method, oversized body) get the same shape;
   anything else is logged with the request id and answered as a bare 500, never a stack trace.
+- ``request_id_header``: the ``on_response_prepare`` signal that puts the request id on every
+  answer, streamed ones included (a handler prepares its stream before the middleware sees it).
 - ``json_body``: the request's JSON object, size-limited, every failure ``Invalid``.
 - ``key_middleware``: a shared key checked in constant time before any handler runs.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -26,6 +29,9 @@ from shared.logging import get_logger
 log = get_logger(__name__)
 
 REQUEST_ID_HEADER = "X-Request-Id"
+REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
+# A caller's id is echoed only when it is plain visible ASCII (it goes into logs and headers).
+_CALLER_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,64}")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_BODY = 256 * 1024
 
@@ -54,15 +60,21 @@ def error_middleware(service: str) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        request_id = (request.headers.get(REQUEST_ID_HEADER) or uuid.uuid4().hex)[:64]
+        given = request.headers.get(REQUEST_ID_HEADER, "")
+        request_id = given if _CALLER_REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        request[REQUEST_ID] = request_id
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(service=service, request_id=request_id)
-        response = await _answer(request, handler, request_id)
-        if not response.prepared:
-            response.headers[REQUEST_ID_HEADER] = request_id
-        return response
+        return await _answer(request, handler, request_id)
 
     return middleware
+
+
+async def request_id_header(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: the request id on every answer the error middleware saw."""
+    request_id = request.get(REQUEST_ID)
+    if request_id is not None:
+        response.headers.setdefault(REQUEST_ID_HEADER, request_id)
 
 
 async def _answer(request: web.Request, handler: Handler, request_id: str) -> web.StreamResponse:

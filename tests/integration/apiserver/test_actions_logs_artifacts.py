@@ -243,6 +243,29 @@ async def test_logs_from_the_pod_then_the_archive_and_artifacts(
         assert response.status == 404, bad
 
 
+async def test_streamed_logs_and_artifacts_carry_the_request_id(
+    api: Api, cluster: SimCluster
+) -> None:
+    name = submit(cluster)
+    await cluster.argo.run_until_settled()
+    await sync(api, cluster, name)
+    _, run = await api.get(run_path(cluster, name))
+    extract = next(n for n in run["graph"]["nodes"] if n.get("displayName") == "extract")
+    for suffix, params in (
+        (f"/logs/{extract['id']}", {"follow": "true"}),
+        (f"/logs/{extract['id']}", {}),
+        (f"/artifacts/{extract['id']}/raw", {}),
+    ):
+        response = await api.client.get(
+            run_path(cluster, name) + suffix,
+            headers={**headers(), "X-Request-Id": f"req{suffix}"},
+            params=params,
+        )
+        await response.read()
+        assert response.status == 200, suffix
+        assert response.headers["X-Request-Id"] == f"req{suffix}", suffix
+
+
 async def test_an_unreachable_cluster_is_503(api: Api, world: World, cluster: SimCluster) -> None:
     name = submit(cluster, ticks=50)
     await cluster.argo.step()

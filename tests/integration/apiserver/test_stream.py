@@ -132,3 +132,13 @@ async def test_shutdown_closes_streams(make_api) -> None:  # type: ignore[no-unt
     remaining = [event async for event in stream]
     assert remaining == []
     assert api.hub.subscriber_count == 0
+
+
+async def test_the_stream_carries_the_request_id(api: Api) -> None:
+    await api.hub.started.wait()
+    given = {**headers(), "X-Request-Id": "req-stream-1"}
+    async with api.client.get("/api/v1/workflows/stream", headers=given) as response:
+        assert response.status == 200
+        assert response.headers["X-Request-Id"] == "req-stream-1"
+    async with api.client.get("/api/v1/workflows/stream", headers=headers()) as response:
+        assert len(response.headers["X-Request-Id"]) == 32  # one of ours
