@@ -19,6 +19,7 @@ from aiohttp.typedefs import Middleware
 
 from shared.errors import Forbidden, Invalid, Unauthorized
 from shared.logging import bind
+from shared.web import header_bytes, is_text
 
 API_KEY_HEADER: Final = "X-API-Key"
 TENANT_HEADER: Final = "X-Kubeopera-Tenant"
@@ -151,6 +152,8 @@ def identity_from(headers: Mapping[str, str], acting_tenant: Sequence[str] = ())
         part.strip() for part in headers.get(PERMISSIONS_HEADER, "").split(",") if part.strip()
     )
     actor = headers.get(ACTOR_HEADER, "").strip()[:_MAX_ACTOR]
+    if not is_text(actor):  # it is stored with every action: not bytes PostgreSQL refuses
+        raise Invalid(f"{ACTOR_HEADER} must be UTF-8 text", details={"parameter": ACTOR_HEADER})
     if not actor:
         actor = f"tenant:{own}" if own else "admin"
     return Identity(tenant=tenant, admin=admin, permissions=permissions, actor=actor, acting=acting)
@@ -160,7 +163,7 @@ def key_matches(given: str | None, expected: str | None) -> bool:
     """Constant-time comparison of the shared key; no key configured refuses everything."""
     if not expected or given is None:
         return False
-    return hmac.compare_digest(given.encode(), expected.encode())
+    return hmac.compare_digest(header_bytes(given), expected.encode())
 
 
 # --- the middleware -------------------------------------------------------------------------

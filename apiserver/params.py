@@ -2,21 +2,52 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
+from urllib.parse import unquote_plus, unquote_to_bytes
 
 from aiohttp import web
 
 from apiserver.runs.query import check_known, group_params
 from shared.errors import Invalid
-from shared.web import json_body
+from shared.web import is_text, json_body
 
-__all__ = ["flag", "json_body", "query_params", "string_map", "text_field"]
+__all__ = ["check_encoding", "flag", "json_body", "query_params", "string_map", "text_field"]
+
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def check_encoding(raw_query: str) -> None:
+    """Raise Invalid naming the first query parameter whose percent-encoding is malformed or
+    does not decode to UTF-8 (the parsed query would hold U+FFFD or the escape as it came).
+    Purely computational."""
+    for pair in raw_query.split("&"):
+        raw_name, _, raw_value = pair.partition("=")
+        for part in (raw_name, raw_value):
+            problem = None
+            if _BAD_ESCAPE.search(part):
+                problem = "malformed percent-encoding"
+            else:
+                try:
+                    unquote_to_bytes(part.replace("+", " ")).decode("utf-8")
+                except UnicodeDecodeError:
+                    problem = "percent-encoded bytes that are not UTF-8"
+            if problem is not None:
+                name = unquote_plus(raw_name)[:253]
+                raise Invalid(f"{name}: {problem}", details={"parameter": name})
 
 
 def query_params(request: web.Request, allowed: frozenset[str] | set[str]) -> dict[str, list[str]]:
-    """The query as name -> values, refusing names the route does not take."""
+    """The query as name -> values, refusing names the route does not take and values that
+    are not text."""
+    check_encoding(request.rel_url.raw_query_string)
     params = group_params(request.query.items())
     check_known(params, allowed)
+    for name, values in params.items():
+        if not all(is_text(value) for value in values):  # %00 decodes to a NUL
+            raise Invalid(
+                f"{name}: a value holds a NUL character", details={"parameter": name}
+            )
     return params
 
 

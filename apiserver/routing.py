@@ -3,13 +3,16 @@ what the OpenAPI document says about it (``apiserver.openapi`` renders the same 
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 
 from apiserver.auth import Access
+from shared.errors import Invalid
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 API_PREFIX = "/api/v1"
@@ -18,13 +21,87 @@ INTERNAL_PREFIX = "/internal/v1"
 
 @dataclass(frozen=True, slots=True)
 class Param:
-    """A query parameter as the OpenAPI document describes it."""
+    """A parameter as the OpenAPI document describes it; ``pattern`` (anchored, matched whole),
+    ``max_length``, ``minimum`` and ``maximum`` are the rules the server enforces."""
 
     name: str
     description: str
     type: str = "string"
     required: bool = False
     enum: tuple[str, ...] = ()
+    pattern: str | None = None
+    max_length: int | None = None
+    minimum: int | None = None
+    maximum: int | None = None
+    format: str | None = None
+    example: str | None = None
+
+    def schema(self) -> dict[str, Any]:
+        """The JSON schema of the parameter's value. Purely computational."""
+        schema: dict[str, Any] = {"type": self.type}
+        if self.enum:
+            schema["enum"] = list(self.enum)
+        if self.pattern is not None:
+            schema["pattern"] = self.pattern
+        if self.max_length is not None:
+            schema["minLength"] = 1
+            schema["maxLength"] = self.max_length
+        if self.minimum is not None:
+            schema["minimum"] = self.minimum
+        if self.maximum is not None:
+            schema["maximum"] = self.maximum
+        if self.format is not None:
+            schema["format"] = self.format
+        return schema
+
+    def accepts(self, value: str) -> bool:
+        """Whether ``value`` keeps the pattern and length rules. Purely computational."""
+        if self.max_length is not None and not 1 <= len(value) <= self.max_length:
+            return False
+        return self.pattern is None or re.fullmatch(self.pattern, value) is not None
+
+
+# Kubernetes names: a namespace is a DNS-1123 label, a workflow, template or node (Argo derives
+# node ids and pod names from the workflow's name) a DNS-1123 subdomain.
+DNS_LABEL: Final = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DNS_SUBDOMAIN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# Cluster ids are the registry's (or host-<kube-system uid>): DNS-like, case kept.
+CLUSTER_ID: Final = r"^[A-Za-z0-9]([-A-Za-z0-9._:]{0,251}[A-Za-z0-9])?$"
+# Argo's own rule for artifact (and parameter) names.
+ARTIFACT_NAME: Final = r"^[-A-Za-z0-9_]+$"
+PIPELINE_ID: Final = r"^[a-z0-9]{1,40}$"
+
+# Every path placeholder of every route, with the rule checked before its handler runs (an
+# unknown placeholder fails at registration: nothing is served undocumented).
+PATH_PARAMS: Final[Mapping[str, Param]] = {
+    param.name: param
+    for param in (
+        Param("cluster", "Cluster id.", pattern=CLUSTER_ID, max_length=253, example="c1"),
+        Param("ns", "Namespace.", pattern=DNS_LABEL, max_length=63, example="kubeopera-data-acme"),
+        Param("name", "Workflow name.", pattern=DNS_SUBDOMAIN, max_length=253, example="etl-1"),
+        Param("node", "Node id or pod name.", pattern=DNS_SUBDOMAIN, max_length=253),
+        Param("artifact", "Output artifact name.", pattern=ARTIFACT_NAME, max_length=253),
+        Param("template", "WorkflowTemplate name.", pattern=DNS_SUBDOMAIN, max_length=253),
+        Param("id", "Pipeline id.", pattern=PIPELINE_ID, max_length=40),
+    )
+}
+PLACEHOLDER: Final = re.compile(r"{([^}]+)}")
+
+
+def path_params(path: str) -> list[Param]:
+    """The placeholders of ``path`` as parameters; KeyError for an undeclared one."""
+    return [PATH_PARAMS[name] for name in PLACEHOLDER.findall(path)]
+
+
+def check_path(match_info: Mapping[str, str], params: Iterable[Param]) -> None:
+    """Raise Invalid naming the first path parameter that breaks its rule."""
+    for param in params:
+        value = match_info.get(param.name, "")
+        if not param.accepts(value):
+            raise Invalid(
+                f"{param.name}: not a valid {param.description.rstrip('.').lower()}",
+                details={"parameter": param.name, "value": value[:253]},
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +113,7 @@ class RouteSpec:
     summary: str
     tag: str
     query: tuple[Param, ...] = ()
+    headers: tuple[Param, ...] = ()  # beyond the key and the identity headers
     body: Mapping[str, Any] | None = None  # JSON schema of the request body
     responses: Mapping[int, str] = field(default_factory=dict)
     content_type: str = "application/json"  # of the 200/201/202 answer
@@ -48,9 +126,23 @@ def add_routes(app: web.Application, specs: Iterable[RouteSpec]) -> None:
     """Register ``specs`` and remember each route's access for the auth middleware."""
     table: dict[tuple[str, str], RouteSpec] = {}
     for spec in specs:
-        app.router.add_route(spec.method, spec.path, spec.handler)
+        app.router.add_route(spec.method, spec.path, _checked(spec.handler, path_params(spec.path)))
         table[(spec.method, spec.path)] = spec
     app[ROUTE_SPEC] = table
+
+
+def _checked(handler: Handler, params: list[Param]) -> Handler:
+    """``handler`` behind the rules of its path parameters (after the auth middleware: an
+    unauthenticated caller learns nothing about the shapes)."""
+    if not params:
+        return handler
+
+    @functools.wraps(handler)
+    async def checked(request: web.Request) -> web.StreamResponse:
+        check_path(request.match_info, params)
+        return await handler(request)
+
+    return checked
 
 
 def access_of(request: web.Request) -> Access | None:

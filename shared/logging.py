@@ -10,6 +10,7 @@ import logging
 import sys
 
 import structlog
+from aiohttp.http_exceptions import HttpProcessingError
 
 _SECRET_KEYS = frozenset(
     {"password", "token", "secret", "api_key", "authorization", "kubeconfig", "access_key"}
@@ -22,6 +23,27 @@ def _redact(_: object, __: str, event: structlog.types.EventDict) -> structlog.t
         if any(word in key.lower() for word in _SECRET_KEYS):
             event[key] = "[redacted]"
     return event
+
+
+class _MalformedRequests(logging.Filter):
+    """aiohttp answers a request it cannot parse (bad header bytes, a raw non-ASCII byte in
+    the path, an over-long header) with a 400 itself and logs the parser's exception with its
+    traceback through ``aiohttp.server``. That is the client's mistake: one line, no traceback,
+    and none of the request's bytes (they may hold a credential)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError):
+            return True
+        reason = (exc.message or "").strip().splitlines()
+        structlog.get_logger("aiohttp.server").info(
+            "request_malformed",
+            status=exc.code,
+            error=type(exc).__name__,
+            reason=reason[0].split(":")[0].strip() if reason else None,
+            remote=record.args[0] if isinstance(record.args, tuple) and record.args else None,
+        )
+        return False
 
 
 def configure(*, service: str, json: bool | None = None, level: str = "info") -> None:
@@ -49,6 +71,9 @@ def configure(*, service: str, json: bool | None = None, level: str = "info") ->
     structlog.contextvars.bind_contextvars(service=service)
     logging.basicConfig(level=max(numeric, logging.INFO), stream=sys.stderr, format="%(message)s")
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    server = logging.getLogger("aiohttp.server")
+    if not any(isinstance(known, _MalformedRequests) for known in server.filters):
+        server.addFilter(_MalformedRequests())
 
 
 bind = structlog.contextvars.bind_contextvars

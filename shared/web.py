@@ -2,8 +2,9 @@
 
 - ``error_middleware(service)``: the one middleware that turns errors into the JSON error shape
   (docs/api.md, "Errors"). ``shared.errors`` types keep their status, code, message and details;
-  aiohttp's own HTTP errors (unknown path, wrong method, oversized body) get the same shape;
-  anything else is logged with the request id and answered as a bare 500, never a stack trace.
+  aiohttp's own HTTP errors (unknown path, wrong method with its ``Allow``, oversized body) get
+  the same shape; anything else is logged with the request id and answered as a bare 500, never
+  a stack trace. A request refused as malformed (400, 405, 413, 415) is one log line.
 - ``request_id_header``: the ``on_response_prepare`` signal that puts the request id on every
   answer, streamed ones included (a handler prepares its stream before the middleware sees it).
 - ``json_body``: the request's JSON object, size-limited, every failure ``Invalid``.
@@ -45,6 +46,11 @@ _HTTP_CODES = {
     413: "too_large",
     415: "unsupported_media_type",
 }
+# What PostgreSQL cannot store and no name or value of ours holds: a NUL, or a lone surrogate
+# (from a JSON escape such as "\ud800", or a header's non-UTF-8 bytes).
+_NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
+# Answers that say the request itself was malformed: worth a line (other 4xx are routine).
+_LOGGED_REFUSALS = frozenset({400, 405, 413, 415})
 
 
 def error_response(
@@ -77,12 +83,25 @@ async def request_id_header(request: web.Request, response: web.StreamResponse) 
         response.headers.setdefault(REQUEST_ID_HEADER, request_id)
 
 
+def _refused(request: web.Request, status: int, code: str, details: dict[str, Any]) -> None:
+    if status in _LOGGED_REFUSALS:
+        log.info(
+            "request_refused",
+            method=request.method,
+            path=request.path[:256],
+            status=status,
+            error=code,
+            parameter=details.get("parameter"),
+        )
+
+
 async def _answer(request: web.Request, handler: Handler, request_id: str) -> web.StreamResponse:
     try:
         response = await handler(request)
     except WorkflowManagerError as exc:
         if exc.status >= 500:
             log.warning("request_failed", path=request.path, error=exc.code, reason=exc.message)
+        _refused(request, exc.status, exc.code, exc.details)
         response = web.json_response(exc.to_json(), status=exc.status)
         if exc.status == 401:
             response.headers["WWW-Authenticate"] = "X-API-Key"
@@ -90,15 +109,44 @@ async def _answer(request: web.Request, handler: Handler, request_id: str) -> we
         if exc.status < 400:
             raise
         details: dict[str, Any] = {}
+        code = _HTTP_CODES.get(exc.status, "http_error")
         if isinstance(exc, web.HTTPMethodNotAllowed):
             details["allowed"] = sorted(exc.allowed_methods)
-        response = error_response(
-            exc.status, _HTTP_CODES.get(exc.status, "http_error"), exc.reason, details
-        )
+        _refused(request, exc.status, code, details)
+        response = error_response(exc.status, code, exc.reason, details)
+        if "allowed" in details:  # RFC 9110: a 405 names the methods the resource has
+            response.headers["Allow"] = ", ".join(details["allowed"])
     except Exception as exc:  # the last resort: logged in full, answered without internals
         log.error("request_crashed", path=request.path, exc_info=exc)
         response = error_response(500, "internal", "internal error", {"request_id": request_id})
     return response
+
+
+def is_text(value: str) -> bool:
+    """Whether ``value`` is storable text: no NUL, no lone surrogate. Purely computational."""
+    return _NOT_TEXT.search(value) is None
+
+
+def header_bytes(value: str) -> bytes:
+    """A header's bytes as the client sent them (aiohttp decodes them as UTF-8 with
+    surrogateescape, so any bytes round-trip; ``str.encode()`` would raise on them)."""
+    return value.encode("utf-8", "surrogateescape")
+
+
+def _check_text(value: Any, where: str) -> None:
+    if isinstance(value, str):
+        if not is_text(value):
+            raise Invalid(
+                f"{where}: a string holds a NUL or a lone surrogate",
+                details={"parameter": where},
+            )
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_text(key, where)
+            _check_text(item, f"{where}.{key}" if is_text(key) else where)
+    elif isinstance(value, list):
+        for item in value:
+            _check_text(item, where)
 
 
 def key_middleware(*, header: str, key: str | None) -> Middleware:
@@ -107,7 +155,7 @@ def key_middleware(*, header: str, key: str | None) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        given = request.headers.get(header, "").encode()
+        given = header_bytes(request.headers.get(header, ""))
         if expected is None or not hmac.compare_digest(given, expected):
             raise Unauthorized(f"a valid {header} header is required")
         return await handler(request)
@@ -134,4 +182,5 @@ async def json_body(
         raise Invalid("the body is not valid JSON", details={"parameter": "body"}) from None
     if not isinstance(body, dict):
         raise Invalid("the body must be a JSON object", details={"parameter": "body"})
+    _check_text(body, "body")
     return body

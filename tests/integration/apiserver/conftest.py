@@ -3,7 +3,14 @@ clusters with Argo and moto S3): the application over real services, a client, f
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
+import json
+import os
+import signal
+import socket
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -229,3 +236,70 @@ async def make_api(db: asyncpg.Pool, database_url: str) -> AsyncIterator[AppFact
 @pytest.fixture
 async def api(make_api: AppFactory) -> Api:
     return await make_api(clock=lambda: NOW)
+
+
+@dataclass
+class Process:
+    """``python -m apiserver`` serving on ``port``, its stderr (one JSON object a line) kept."""
+
+    port: int
+    lines: list[str]
+    grew: asyncio.Event
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def line_where(self, wanted: Callable[[dict[str, Any]], bool], *, after: int) -> int:
+        """The index of the first line after ``after`` that ``wanted`` accepts (waiting for it)."""
+        async with asyncio.timeout(10):
+            while True:
+                for index in range(after, len(self.lines)):
+                    with contextlib.suppress(ValueError):
+                        if wanted(json.loads(self.lines[index])):
+                            return index
+                self.grew.clear()
+                await self.grew.wait()
+
+
+@pytest.fixture
+async def apiserver_process(db: asyncpg.Pool, database_url: str) -> AsyncIterator[Process]:
+    """The real deployable (its logging, its server options) over the test database."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "API_KEY": API_KEY,
+        "HTTP_PORT": str(port),
+        "HEALTH_PORT": "0",
+        "LOG_JSON": "true",
+        "SHUTDOWN_GRACE": "6",
+        "COMPILER_URL": "http://127.0.0.1:9",  # nothing listens: pipeline writes answer 503
+    }
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "apiserver", env=env, stderr=asyncio.subprocess.PIPE
+    )
+    assert child.stderr is not None
+    stderr = child.stderr
+    process = Process(port, [], asyncio.Event())
+
+    async def read() -> None:
+        async for raw in stderr:
+            process.lines.append(raw.decode(errors="replace").rstrip("\n"))
+            process.grew.set()
+
+    reader = asyncio.create_task(read())
+    try:
+        await process.line_where(lambda line: line.get("event") == "apiserver_started", after=0)
+        yield process
+    finally:
+        if child.returncode is None:
+            child.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(child.wait(), 15)
+            except TimeoutError:
+                child.kill()
+                await child.wait()
+        await reader
