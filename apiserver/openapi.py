@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aiohttp import web
 
 from apiserver.auth import (
+    ACTING_TENANT_PARAM,
     ACTOR_HEADER,
     ADMIN_HEADER,
     PERMISSIONS_HEADER,
     TENANT_HEADER,
+    TENANT_ID,
+    Permission,
     Special,
 )
-from apiserver.routing import API_PREFIX, ROUTE_SPEC, RouteSpec
-
-_PLACEHOLDER = re.compile(r"{([^}]+)}")
+from apiserver.routing import API_PREFIX, ROUTE_SPEC, Param, RouteSpec, path_params
+from shared.web import REQUEST_ID_HEADER
 
 _ERROR = {
     "type": "object",
@@ -250,49 +251,112 @@ def _operation_id(spec: RouteSpec) -> str:
     return name
 
 
+# What each error status means on every route that can answer it (docs/api.md, "Errors").
+ERROR_MEANINGS: Mapping[int, str] = {
+    400: "A query parameter, header, path segment or body field breaks its rule "
+    "(details.parameter names it), or the route does not take a query parameter.",
+    401: "Missing or wrong X-API-Key.",
+    403: "The caller may not use this route (details.permission or details.admin), has no "
+    "tenant without being an administrator, or gave acting_tenant without being one.",
+    404: "Nothing of that name, or nothing the caller may see: the same answer.",
+    409: "The target's state refuses the request (details.reason).",
+    422: "The pipeline's template is refused (details.violations).",
+    503: "A dependency did not answer: PostgreSQL, a cluster, its Argo server, object storage "
+    "or the pipeline compiler.",
+}
+ACTING_TENANT = Param(
+    ACTING_TENANT_PARAM,
+    "An administrator acting for this tenant (sees exactly what the tenant sees).",
+    pattern=TENANT_ID.pattern,
+    max_length=48,
+)
+IDENTITY_HEADERS: tuple[Param, ...] = (
+    Param(
+        TENANT_HEADER,
+        "The caller's tenant; required unless X-Kubeopera-Admin is true.",
+        pattern=TENANT_ID.pattern,
+        max_length=48,
+    ),
+    Param(ADMIN_HEADER, "Whether the caller is a platform administrator.", enum=("true", "false")),
+    Param(
+        PERMISSIONS_HEADER,
+        "The caller's permissions, comma-separated: " + ", ".join(p.value for p in Permission),
+    ),
+    Param(ACTOR_HEADER, "Who the caller is, for the audit (the first 256 characters are kept)."),
+)
+_REQUEST_ID = {
+    REQUEST_ID_HEADER: {
+        "description": "The caller's X-Request-Id when it is 1-64 visible ASCII characters, "
+        "else one of ours; on streamed answers too.",
+        "required": True,
+        "schema": {"type": "string", "minLength": 1, "maxLength": 64},
+    }
+}
+
+
+def _parameter(param: Param, where: str) -> dict[str, Any]:
+    parameter: dict[str, Any] = {
+        "name": param.name,
+        "in": where,
+        "required": param.required or where == "path",
+        "description": param.description,
+        "schema": param.schema(),
+    }
+    if param.example is not None:
+        parameter["example"] = param.example
+    return parameter
+
+
+def error_statuses(spec: RouteSpec) -> list[int]:
+    """Every error status ``spec``'s route can answer. Purely computational.
+
+    Every route can refuse the key (401); a route for callers (not ``internal``) reads their
+    identity headers and query (400, 403) and PostgreSQL (503); a path with placeholders can
+    name nothing (404); the route declares the rest (409, 422, ...)."""
+    statuses = {401, *(status for status in spec.responses if status >= 400)}
+    if spec.access is not Special.INTERNAL:
+        statuses |= {400, 403, 503}
+    if path_params(spec.path):
+        statuses.add(404)
+    return sorted(statuses)
+
+
 def _operation(spec: RouteSpec) -> dict[str, Any]:
-    parameters: list[dict[str, Any]] = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-        for name in _PLACEHOLDER.findall(spec.path)
-    ]
-    for param in spec.query:
-        schema: dict[str, Any] = {"type": param.type}
-        if param.enum:
-            schema["enum"] = list(param.enum)
-        parameters.append(
-            {
-                "name": param.name,
-                "in": "query",
-                "required": param.required,
-                "description": param.description,
-                "schema": schema,
-            }
-        )
+    caller = spec.access is not Special.INTERNAL
+    parameters = [_parameter(param, "path") for param in path_params(spec.path)]
+    query = [param for param in spec.query if param.name != ACTING_TENANT_PARAM]
+    parameters += [_parameter(param, "query") for param in query]
+    if caller:
+        parameters.append(_parameter(ACTING_TENANT, "query"))
+        parameters += [_parameter(param, "header") for param in IDENTITY_HEADERS]
+    parameters += [_parameter(param, "header") for param in spec.headers]
     responses: dict[str, Any] = {}
     for status, schema_name in sorted(spec.responses.items()):
-        media = spec.content_type if status < 300 else "application/json"
+        if status < 400:
+            responses[str(status)] = {
+                "description": spec.summary,
+                "headers": _REQUEST_ID,
+                "content": {spec.content_type: {"schema": _ref(schema_name)}},
+            }
+    for status in error_statuses(spec):
         responses[str(status)] = {
-            "description": schema_name,
-            "content": {media: {"schema": {"$ref": f"#/components/schemas/{schema_name}"}}},
+            "description": ERROR_MEANINGS.get(status, "An error."),
+            "headers": _REQUEST_ID,
+            "content": {"application/json": {"schema": _ref("Error")}},
         }
-    responses.setdefault(
-        "401", {"description": "missing or wrong X-API-Key", "content": _json_error()}
-    )
+    responses["401"]["headers"] = {
+        **_REQUEST_ID,
+        "WWW-Authenticate": {"required": True, "schema": {"type": "string", "enum": ["X-API-Key"]}},
+    }
     operation: dict[str, Any] = {
         "operationId": _operation_id(spec),
         "summary": spec.summary,
         "tags": [spec.tag],
         "parameters": parameters,
         "responses": responses,
+        "security": [{"apiKey": []}],
         "x-access": str(spec.access),
     }
-    security: list[dict[str, list[str]]] = [{"apiKey": []}]
-    operation["security"] = security
-    if spec.access is not Special.INTERNAL:
-        operation["parameters"] += [
-            {"name": header, "in": "header", "required": False, "schema": {"type": "string"}}
-            for header in (TENANT_HEADER, ADMIN_HEADER, PERMISSIONS_HEADER, ACTOR_HEADER)
-        ]
     if spec.body is not None:
         operation["requestBody"] = {
             "required": spec.method != "DELETE",
@@ -301,8 +365,8 @@ def _operation(spec: RouteSpec) -> dict[str, Any]:
     return operation
 
 
-def _json_error() -> dict[str, Any]:
-    return {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+def _ref(schema_name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{schema_name}"}
 
 
 def document(specs: Iterable[RouteSpec]) -> dict[str, Any]:

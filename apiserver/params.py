@@ -45,9 +45,7 @@ def query_params(request: web.Request, allowed: frozenset[str] | set[str]) -> di
     check_known(params, allowed)
     for name, values in params.items():
         if not all(is_text(value) for value in values):  # %00 decodes to a NUL
-            raise Invalid(
-                f"{name}: a value holds a NUL character", details={"parameter": name}
-            )
+            raise Invalid(f"{name}: a value holds a NUL character", details={"parameter": name})
     return params
 
 

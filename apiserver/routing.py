@@ -79,10 +79,24 @@ PATH_PARAMS: Final[Mapping[str, Param]] = {
         Param("cluster", "Cluster id.", pattern=CLUSTER_ID, max_length=253, example="c1"),
         Param("ns", "Namespace.", pattern=DNS_LABEL, max_length=63, example="kubeopera-data-acme"),
         Param("name", "Workflow name.", pattern=DNS_SUBDOMAIN, max_length=253, example="etl-1"),
-        Param("node", "Node id or pod name.", pattern=DNS_SUBDOMAIN, max_length=253),
-        Param("artifact", "Output artifact name.", pattern=ARTIFACT_NAME, max_length=253),
-        Param("template", "WorkflowTemplate name.", pattern=DNS_SUBDOMAIN, max_length=253),
-        Param("id", "Pipeline id.", pattern=PIPELINE_ID, max_length=40),
+        Param(
+            "node", "Node id or pod name.", pattern=DNS_SUBDOMAIN, max_length=253, example="etl-1"
+        ),
+        Param(
+            "artifact",
+            "Output artifact name.",
+            pattern=ARTIFACT_NAME,
+            max_length=253,
+            example="out",
+        ),
+        Param(
+            "template",
+            "WorkflowTemplate name.",
+            pattern=DNS_SUBDOMAIN,
+            max_length=253,
+            example="etl",
+        ),
+        Param("id", "Pipeline id.", pattern=PIPELINE_ID, max_length=40, example="a1b2c3"),
     )
 }
 PLACEHOLDER: Final = re.compile(r"{([^}]+)}")

@@ -9,7 +9,7 @@ from aiohttp import web
 from apiserver.artifacts.locate import artifact_location, checked_location, find_node
 from apiserver.auth import Permission
 from apiserver.params import query_params
-from apiserver.routing import Param, RouteSpec
+from apiserver.routing import RouteSpec
 from apiserver.runs.routes import RUN_PATH, visible_run
 from apiserver.services import ObjectStore, Services, StoredObject
 from shared.errors import DependencyDown
@@ -65,8 +65,7 @@ ROUTES = (
         Permission.WORKFLOWS_READ,
         "Download a step's output artifact, streamed from object storage.",
         "workflows",
-        query=(Param("acting_tenant", "An administrator acting for this tenant."),),
         responses={200: "Binary", 403: "Error", 404: "Error", 503: "Error"},
-        content_type="application/octet-stream",
+        content_type="*/*",  # the object's own Content-Type
     ),
 )

@@ -109,9 +109,9 @@ _GRANT_BODY = {
     "type": "object",
     "required": ["tenant", "cluster_id", "namespace"],
     "properties": {
-        "tenant": {"type": "string"},
-        "cluster_id": {"type": "string"},
-        "namespace": {"type": "string"},
+        "tenant": {"type": "string", "pattern": TENANT_ID.pattern, "maxLength": 48},
+        "cluster_id": {"type": "string", "minLength": 1, "maxLength": 253},
+        "namespace": {"type": "string", "minLength": 1, "maxLength": 63},
     },
 }
 ROUTES = (

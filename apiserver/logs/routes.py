@@ -24,12 +24,12 @@ TEXT = "text/plain; charset=utf-8"
 
 
 async def logs(request: web.Request) -> web.StreamResponse:
-    services, identity, row = await visible_run(request)
     params = query_params(request, {"follow", "container"})
     follow = flag(params, "follow")
     container = (params.get("container") or ["main"])[0]
-    if not _CONTAINER.match(container):
+    if not _CONTAINER.fullmatch(container):
         raise Invalid("container: not a container name", details={"parameter": "container"})
+    services, identity, row = await visible_run(request)
     graph = row["graph"] or {}
     node = find_node(graph, request.match_info["node"])
     pod = node.get("podName")
@@ -94,8 +94,12 @@ ROUTES = (
         "workflows",
         query=(
             Param("follow", "Stream until the step ends.", type="boolean"),
-            Param("container", "Container name (default main)."),
-            Param("acting_tenant", "An administrator acting for this tenant."),
+            Param(
+                "container",
+                "Container name (default main).",
+                pattern=_CONTAINER.pattern,
+                max_length=63,
+            ),
         ),
         responses={200: "Text", 404: "Error", 503: "Error"},
         content_type="text/plain",

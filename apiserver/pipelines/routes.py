@@ -283,7 +283,13 @@ async def run(request: web.Request) -> web.Response:
 
 _ACTING = Param("acting_tenant", "An administrator acting for this tenant.")
 _PAGE = (
-    Param("limit", f"Page size, 1 to {MAX_LIMIT} (default {DEFAULT_LIMIT}).", type="integer"),
+    Param(
+        "limit",
+        f"Page size (default {DEFAULT_LIMIT}).",
+        type="integer",
+        minimum=1,
+        maximum=MAX_LIMIT,
+    ),
     Param("cursor", "The next_cursor of the previous page."),
 )
 _PIPELINE_BODY = {

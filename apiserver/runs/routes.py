@@ -14,7 +14,10 @@ from apiserver.runs.pg_runs import Row, action_item
 from apiserver.runs.query import (
     AFTER_PARAM,
     BEFORE_PARAM,
+    DEFAULT_LIMIT,
     FILTER_PARAMS,
+    MAX_LIMIT,
+    MAX_TEXT_LENGTH,
     PAGE_PARAMS,
     TEXT_PARAM,
     Cursor,
@@ -40,13 +43,31 @@ FILTER_DOCS: tuple[Param, ...] = (
     Param("template", "WorkflowTemplate names."),
     Param("pipeline", "Pipeline ids."),
     Param("namespace", "Namespaces."),
-    Param(TEXT_PARAM, "Free text: a substring of the name, namespace, template or pipeline id."),
-    Param(AFTER_PARAM, "Runs started (or, pending, created) at or after this RFC 3339 time."),
-    Param(BEFORE_PARAM, "Runs started (or, pending, created) before this RFC 3339 time."),
+    Param(
+        TEXT_PARAM,
+        "Free text: a substring of the name, namespace, template or pipeline id.",
+        max_length=MAX_TEXT_LENGTH,
+    ),
+    Param(
+        AFTER_PARAM,
+        "Runs started (or, pending, created) at or after this RFC 3339 time.",
+        format="date-time",
+    ),
+    Param(
+        BEFORE_PARAM,
+        "Runs started (or, pending, created) before this RFC 3339 time.",
+        format="date-time",
+    ),
     Param("acting_tenant", "An administrator acting for this tenant."),
 )
 PAGE_DOCS: tuple[Param, ...] = (
-    Param("limit", "Page size, 1 to 500 (default 50).", type="integer"),
+    Param(
+        "limit",
+        f"Page size (default {DEFAULT_LIMIT}).",
+        type="integer",
+        minimum=1,
+        maximum=MAX_LIMIT,
+    ),
     Param("cursor", "The next_cursor of the previous page."),
     Param("order", "By start time: desc (default, newest first) or asc.", enum=("asc", "desc")),
 )

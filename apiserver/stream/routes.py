@@ -28,13 +28,14 @@ from apiserver.runs.query import FILTER_PARAMS, parse_filters
 from apiserver.runs.routes import FILTER_DOCS
 from apiserver.services import SERVICES
 from apiserver.stream.hub import Encoded, StreamHub, Subscriber
-from apiserver.stream.sse import HEARTBEAT, frame, parse_last_event_id
+from apiserver.stream.sse import HEARTBEAT, MAX_EVENT_ID, frame, parse_last_event_id
 from shared.errors import DependencyDown, WorkflowManagerError
 from shared.logging import get_logger
 
 log = get_logger(__name__)
 HUB = web.AppKey("stream_hub", StreamHub)
 LAST_EVENT_ID_PARAM = "last_event_id"
+LAST_EVENT_ID_HEADER = "Last-Event-ID"
 BACKFILL_BATCH = 500
 START_WAIT_SECONDS = 10.0
 
@@ -112,10 +113,12 @@ async def stream(request: web.Request) -> web.StreamResponse:
     identity = identity_of(request)
     params = query_params(request, FILTER_PARAMS | {LAST_EVENT_ID_PARAM})
     filters = parse_filters(params)
-    last_id = parse_last_event_id(
-        request.headers.get("Last-Event-ID")
-        or next(iter(params.get(LAST_EVENT_ID_PARAM, [])), None)
-    )
+    header = request.headers.get(LAST_EVENT_ID_HEADER)
+    if header:
+        last_id = parse_last_event_id(header)
+    else:
+        given = next(iter(params.get(LAST_EVENT_ID_PARAM, [])), None)
+        last_id = parse_last_event_id(given, parameter=LAST_EVENT_ID_PARAM)
     scope = await hub.scopes.scope_of(identity, services.runs.scope_of)
     await _started(hub)
     subscriber = hub.subscribe(filters, scope, resume_after=last_id)
@@ -182,7 +185,22 @@ ROUTES = (
         "workflows",
         query=(
             *FILTER_DOCS,
-            Param(LAST_EVENT_ID_PARAM, "Resume after this event id (as the Last-Event-ID header)."),
+            Param(
+                LAST_EVENT_ID_PARAM,
+                "Resume after this event id (as the Last-Event-ID header).",
+                type="integer",
+                minimum=0,
+                maximum=MAX_EVENT_ID,
+            ),
+        ),
+        headers=(
+            Param(
+                LAST_EVENT_ID_HEADER,
+                "Resume after this event id (what EventSource sends when it reconnects).",
+                type="integer",
+                minimum=0,
+                maximum=MAX_EVENT_ID,
+            ),
         ),
         responses={200: "EventStream", 400: "Error"},
         content_type="text/event-stream",

@@ -21,14 +21,15 @@ def frame(*, event: str, data: Any, event_id: int | None = None) -> bytes:
     return ("\n".join(lines) + "\n\n").encode()
 
 
-def parse_last_event_id(value: str | None) -> int | None:
-    """The seq a reconnecting client last saw; None when absent or empty."""
+def parse_last_event_id(value: str | None, *, parameter: str = "Last-Event-ID") -> int | None:
+    """The seq a reconnecting client last saw; None when absent or empty. ``parameter`` names
+    where it came from (the header, or the query parameter for clients that cannot set it)."""
     if value is None or not value.strip():
         return None
     text = value.strip()
     if not text.isascii() or not text.isdigit() or int(text) > MAX_EVENT_ID:
         raise Invalid(
-            "Last-Event-ID: expected the id of an event of this stream",
-            details={"parameter": "Last-Event-ID"},
+            f"{parameter}: expected the id of an event of this stream",
+            details={"parameter": parameter},
         )
     return int(text)
