@@ -10,6 +10,13 @@ Queues are bounded: a subscriber that falls ``queue_size`` events behind is disc
 resumes with Last-Event-ID) rather than slowing anyone else. A lost connection is re-opened
 and the loop catches up from its position, so nothing is skipped; a poll every
 ``poll_seconds`` also covers a notification lost without the connection dropping.
+
+Which runs a stream sees follows its tenant's access grants as they change: the same LISTEN
+connection hears ``access_grants`` (a trigger names the tenant on every change), and the loop
+re-reads that tenant's grants once (shared with concurrent look-ups, ``scopes.ScopeCache``) and
+moves its open streams to the new scope before it dispatches anything more. A stream that lost
+a namespace stays open and stops receiving its runs. After the connection was lost, every
+open stream's grants are re-read (notifications may have been missed meanwhile).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from apiserver.auth import Scope
+from apiserver.auth import Identity, Scope
 from apiserver.runs.query import RunFilters, matches, run_item
 from apiserver.stream.fanout import Recent, Routing, narrow_tenant
 from apiserver.stream.scopes import ScopeCache
@@ -96,8 +103,13 @@ class ChangeSource(Protocol):
 
     async def changes_after(self, seq: int, *, limit: int) -> list[Change]: ...
 
-    def listening(self, wake: asyncio.Event) -> AbstractAsyncContextManager[asyncio.Event]:
-        """Hold a LISTEN; set ``wake`` on every notification; yield an Event set when the
+    async def grants_of(self, tenant: str) -> frozenset[tuple[str, str]]: ...
+
+    def listening(
+        self, wake: asyncio.Event, *, grants_changed: Callable[[str], None]
+    ) -> AbstractAsyncContextManager[asyncio.Event]:
+        """Hold a LISTEN; set ``wake`` on every change notification and call
+        ``grants_changed(tenant)`` on every grants one; yield an Event set when the
         connection is lost."""
         ...
 
@@ -147,6 +159,8 @@ class StreamHub:
     _tasks: Supervisor | None = None
     on_dispatch: Callable[[Change], None] | None = None
     started: asyncio.Event = field(default_factory=asyncio.Event)
+    grants_applied: int = 0  # grants changes applied to open streams
+    _stale_grants: set[str] = field(default_factory=set)  # tenants whose grants changed
 
     def __post_init__(self) -> None:
         self._recent = Recent(self.history, after=self.position)
@@ -186,6 +200,15 @@ class StreamHub:
                 subscriber.missed = [item for item in held if subscriber.wants(item.change)]
         return subscriber
 
+    async def scope_of(self, identity: Identity) -> Scope:
+        """The runs ``identity`` may see, as its streams see them (grants included)."""
+        return await self.scopes.scope_of(identity.tenant, self._load_scope)
+
+    async def _load_scope(self, tenant: str | None) -> Scope:
+        if tenant is None:
+            return Scope(None)
+        return Scope(tenant, await self.source.grants_of(tenant))
+
     def rescope(self, subscriber: Subscriber, scope: Scope) -> None:
         """The subscriber's scope changed (its grants did): the next changes follow the new one."""
         if scope == subscriber.scope:
@@ -210,11 +233,20 @@ class StreamHub:
     async def _follow(self) -> None:
         while True:
             try:
-                if not self.started.is_set():
-                    self.position = await self.source.latest()
-                    self._recent.reset(self.position)
-                    self.started.set()
-                async with self.source.listening(self._wake) as lost:
+                listening = self.source.listening(self._wake, grants_changed=self._grants_changed)
+                async with listening as lost:
+                    # Grants may have changed unseen while nobody listened: re-read every open
+                    # stream's, and answer no look-up read before now.
+                    self.scopes.clear()
+                    self._stale_grants |= {
+                        subscriber.scope.tenant
+                        for subscriber in self._routing.members()
+                        if subscriber.scope.tenant is not None
+                    }
+                    if not self.started.is_set():
+                        self.position = await self.source.latest()
+                        self._recent.reset(self.position)
+                        self.started.set()
                     await self.catch_up()  # whatever committed while we were not listening
                     while not lost.is_set():
                         with contextlib.suppress(TimeoutError):
@@ -226,9 +258,33 @@ class StreamHub:
                 log.warning("stream_listen_failed", error=exc.code, reason=exc.message)
                 await asyncio.sleep(1.0)
 
+    def _grants_changed(self, tenant: str) -> None:
+        """A grants notification (on the LISTEN connection, synchronously): nothing read
+        before it is answered any more, and the loop applies the tenant's new grants."""
+        self.scopes.invalidate(tenant)
+        self._stale_grants.add(tenant)
+        self._wake.set()
+
+    async def apply_grants(self) -> None:
+        """Move the open streams of every tenant whose grants changed to their new scope,
+        reading each tenant's grants once (not per stream, not per event)."""
+        while self._stale_grants:
+            tenant = next(iter(self._stale_grants))
+            affected = [s for s in self._routing.members() if s.scope.tenant == tenant]
+            if affected:
+                scope = await self.scopes.scope_of(tenant, self._load_scope)
+                # Streams that subscribed during the read hold a scope read after the change.
+                for subscriber in affected:
+                    self.rescope(subscriber, scope)
+                self.grants_applied += 1
+                log.info("stream_grants_applied", tenant=tenant, streams=len(affected))
+            self._stale_grants.discard(tenant)
+
     async def catch_up(self) -> None:
-        """Dispatch every change after ``position``, in seq order."""
+        """Dispatch every change after ``position``, in seq order, each under the grants
+        known when it is read."""
         while True:
+            await self.apply_grants()
             changes = await self.source.changes_after(self.position, limit=self.batch)
             for change in changes:
                 self.dispatch(change)

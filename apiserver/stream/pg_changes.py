@@ -1,21 +1,25 @@
 """The change log in PostgreSQL: ``run_changes`` joined with the run as it is now, and the
-LISTEN connection on channel ``runs`` (the watcher NOTIFYs it with each commit's top seq)."""
+LISTEN connection on channel ``runs`` (the watcher NOTIFYs it with each commit's top seq) and
+on channel ``access_grants`` (a trigger NOTIFYs it with the tenant of every grant changed,
+migration 0006)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
 
+from apiserver.runs.pg_runs import RunReader
 from apiserver.runs.query import LIST_COLUMNS
 from apiserver.stream.hub import Change
 from shared.config import Settings
 from shared.db.pool import connect, translate_db_errors
 
 RUNS_CHANNEL = "runs"
+GRANTS_CHANNEL = "access_grants"
 
 CHANGES_SQL = f"""
 SELECT c.seq AS change_seq, c.kind AS change_kind, c.cluster_id AS change_cluster_id,
@@ -50,6 +54,10 @@ class PgChangeSource:
     def __init__(self, pool: asyncpg.Pool, *, dsn: Settings | str) -> None:
         self._pool = pool
         self._dsn = dsn
+        self._runs = RunReader(pool)
+
+    async def grants_of(self, tenant: str) -> frozenset[tuple[str, str]]:
+        return await self._runs.grants_of(tenant)
 
     async def latest(self) -> int:
         with translate_db_errors():
@@ -67,13 +75,20 @@ class PgChangeSource:
         return [change_of(row) for row in rows]
 
     @contextlib.asynccontextmanager
-    async def listening(self, wake: asyncio.Event) -> AsyncIterator[asyncio.Event]:
+    async def listening(
+        self, wake: asyncio.Event, *, grants_changed: Callable[[str], None]
+    ) -> AsyncIterator[asyncio.Event]:
         conn = await connect(self._dsn, application_name="wm-apiserver-listen")
         lost = asyncio.Event()
+
+        def on_grants(_conn: Any, _pid: int, _channel: str, tenant: str) -> None:
+            grants_changed(tenant)
+
         try:
             conn.add_termination_listener(lambda _conn: lost.set())
             with translate_db_errors():
                 await conn.add_listener(RUNS_CHANNEL, lambda *_: wake.set())
+                await conn.add_listener(GRANTS_CHANNEL, on_grants)
             yield lost
         finally:
             with contextlib.suppress(Exception):

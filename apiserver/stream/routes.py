@@ -10,8 +10,9 @@ this replica's hub has not read past the resume point yet, everything after it c
 resume point older than the change log's retention gets a ``reset`` event (reload the list).
 
 Whatever is queued for a stream goes out in one write. A stream silent for
-``heartbeat_seconds`` gets a heartbeat, and every ``heartbeat_seconds``, busy or idle, its
-grants are re-read (shared by the tenant's streams, see ``scopes.ScopeCache``).
+``heartbeat_seconds`` gets a heartbeat. Its grants change when the tenant's do: the hub applies
+them to every open stream of the tenant (``hub.StreamHub.apply_grants``); nothing is re-read
+per stream or per event.
 """
 
 from __future__ import annotations
@@ -119,8 +120,13 @@ async def stream(request: web.Request) -> web.StreamResponse:
     else:
         given = next(iter(params.get(LAST_EVENT_ID_PARAM, [])), None)
         last_id = parse_last_event_id(given, parameter=LAST_EVENT_ID_PARAM)
-    scope = await hub.scopes.scope_of(identity, services.runs.scope_of)
-    await _started(hub)
+    scope = await hub.scope_of(identity)
+    if not hub.started.is_set():
+        await _started(hub)
+        # Read again: grants changed before the hub listened were announced to nobody.
+        scope = await hub.scope_of(identity)
+    # No await between the look-up and the subscription: a grants change the hub applies
+    # from here on finds this stream among the tenant's.
     subscriber = hub.subscribe(filters, scope, resume_after=last_id)
     response = web.StreamResponse(
         headers={
@@ -139,20 +145,13 @@ async def stream(request: web.Request) -> web.StreamResponse:
             sent = await _resume(response, hub, subscriber, last_id)
         every = services.heartbeat_seconds
         written_at = loop.time()
-        refresh_at = written_at + every
         while not (subscriber.closed or subscriber.overflowed):
-            wake = min(refresh_at, written_at + every)
+            wake = written_at + every
             try:
                 item = await asyncio.wait_for(subscriber.queue.get(), max(0.0, wake - loop.time()))
-            except TimeoutError:
-                now = loop.time()
-                if now >= written_at + every:  # proxies close streams that stay silent
-                    await response.write(HEARTBEAT)
-                    written_at = now
-                if now >= refresh_at:  # grants may have changed: the next events follow them
-                    scope = await hub.scopes.scope_of(identity, services.runs.scope_of)
-                    hub.rescope(subscriber, scope)
-                    refresh_at = now + every
+            except TimeoutError:  # proxies close streams that stay silent
+                await response.write(HEARTBEAT)
+                written_at = loop.time()
                 continue
             frames, sent, ended = _drain(subscriber, item, sent)
             if frames:

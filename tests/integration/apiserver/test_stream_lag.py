@@ -6,11 +6,11 @@ has even found its starting position) happen every time."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from apiserver.auth import Identity, Scope
+from apiserver.auth import Scope
 from apiserver.stream.hub import Change, ChangeSource, StreamHub
 from apiserver.stream.scopes import ScopeCache, ScopeLoader
 from tests.integration.apiserver.conftest import Api, AppFactory, headers, record
@@ -34,8 +34,13 @@ class HeldSource:
     async def changes_after(self, seq: int, *, limit: int) -> list[Change]:
         return await self.source.changes_after(seq, limit=limit)
 
-    def listening(self, wake: asyncio.Event) -> AbstractAsyncContextManager[asyncio.Event]:
-        return self.source.listening(wake)
+    async def grants_of(self, tenant: str) -> frozenset[tuple[str, str]]:
+        return await self.source.grants_of(tenant)
+
+    def listening(
+        self, wake: asyncio.Event, *, grants_changed: Callable[[str], None]
+    ) -> AbstractAsyncContextManager[asyncio.Event]:
+        return self.source.listening(wake, grants_changed=grants_changed)
 
 
 class HubReads:
@@ -71,8 +76,8 @@ class NoticedScopes(ScopeCache):
         super().__init__()
         self.answered = asyncio.Event()
 
-    async def scope_of(self, identity: Identity, load: ScopeLoader) -> Scope:
-        scope = await super().scope_of(identity, load)
+    async def scope_of(self, tenant: str | None, load: ScopeLoader) -> Scope:
+        scope = await super().scope_of(tenant, load)
         self.answered.set()
         return scope
 

@@ -4,6 +4,7 @@ resume from memory, and the shared scope look-ups. No sockets: a fake change sou
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apiserver.auth import Identity, Scope
+from apiserver.auth import Scope
 from apiserver.runs.query import RunFilters, matches
 from apiserver.stream.fanout import Recent, Routing
 from apiserver.stream.hub import Change, StreamHub, Subscriber
@@ -158,7 +159,12 @@ class NoSource:
     async def changes_after(self, seq: int, *, limit: int) -> list[Change]:
         raise AssertionError("not used")
 
-    def listening(self, wake: asyncio.Event) -> AbstractAsyncContextManager[asyncio.Event]:
+    async def grants_of(self, tenant: str) -> frozenset[tuple[str, str]]:
+        raise AssertionError("not used")
+
+    def listening(
+        self, wake: asyncio.Event, *, grants_changed: Callable[[str], None]
+    ) -> AbstractAsyncContextManager[asyncio.Event]:
         raise AssertionError("not used")
 
 
@@ -227,69 +233,90 @@ def test_a_full_queue_marks_the_subscriber_too_slow_without_blocking_others() ->
 
 
 # --- scope look-ups ----------------------------------------------------------------------------
-def identity(tenant: str | None) -> Identity:
-    return Identity(
-        tenant=tenant, admin=tenant is None, permissions=frozenset(), actor=tenant or "root"
-    )
-
-
 class Loader:
     def __init__(self) -> None:
         self.calls: list[str | None] = []
         self.gate = asyncio.Event()
         self.fail: Exception | None = None
 
-    async def __call__(self, who: Identity) -> Scope:
-        self.calls.append(who.tenant)
+    async def __call__(self, tenant: str | None) -> Scope:
+        self.calls.append(tenant)
         grant = ("c1", f"n{len(self.calls)}")  # which load answered
         await self.gate.wait()
         if self.fail is not None:
             raise self.fail
-        return Scope(who.tenant, frozenset({grant}))
+        return Scope(tenant, frozenset({grant}))
 
 
 async def test_concurrent_look_ups_of_a_tenant_share_one_load() -> None:
     now = [0.0]
     cache = ScopeCache(ttl=1.0, clock=lambda: now[0])
     load = Loader()
-    waiting = [asyncio.ensure_future(cache.scope_of(identity("acme"), load)) for _ in range(5)]
-    other = asyncio.ensure_future(cache.scope_of(identity("globex"), load))
+    waiting = [asyncio.ensure_future(cache.scope_of("acme", load)) for _ in range(5)]
+    other = asyncio.ensure_future(cache.scope_of("globex", load))
     await asyncio.sleep(0)
     load.gate.set()
     scopes = await asyncio.gather(*waiting)
     assert {s.grants for s in scopes} == {frozenset({("c1", "n1")})}
     assert (await other).tenant == "globex"
     assert load.calls == ["acme", "globex"]
-    assert (await cache.scope_of(identity("acme"), load)).grants == frozenset({("c1", "n1")})
+    assert (await cache.scope_of("acme", load)).grants == frozenset({("c1", "n1")})
     now[0] = 1.0  # stale: read again
-    assert (await cache.scope_of(identity("acme"), load)).grants == frozenset({("c1", "n3")})
+    assert (await cache.scope_of("acme", load)).grants == frozenset({("c1", "n3")})
 
 
 async def test_a_failed_load_fails_its_waiters_and_is_not_kept() -> None:
     cache = ScopeCache(clock=lambda: 0.0)
     load = Loader()
     load.fail = RuntimeError("down")
-    first = asyncio.ensure_future(cache.scope_of(identity("acme"), load))
-    second = asyncio.ensure_future(cache.scope_of(identity("acme"), load))
+    first = asyncio.ensure_future(cache.scope_of("acme", load))
+    second = asyncio.ensure_future(cache.scope_of("acme", load))
     await asyncio.sleep(0)
     load.gate.set()
     for looked_up in (first, second):
         with pytest.raises(RuntimeError):
             await looked_up
     load.fail = None
-    assert (await cache.scope_of(identity("acme"), load)).tenant == "acme"
+    assert (await cache.scope_of("acme", load)).tenant == "acme"
     assert load.calls == ["acme", "acme"]
 
 
 async def test_a_waiter_loads_for_itself_when_the_first_look_up_is_cancelled() -> None:
     cache = ScopeCache(clock=lambda: 0.0)
     load = Loader()
-    first = asyncio.ensure_future(cache.scope_of(identity("acme"), load))
-    second = asyncio.ensure_future(cache.scope_of(identity("acme"), load))
+    first = asyncio.ensure_future(cache.scope_of("acme", load))
+    second = asyncio.ensure_future(cache.scope_of("acme", load))
     await asyncio.sleep(0)
     first.cancel()
     await asyncio.sleep(0)
     load.gate.set()
     assert (await second).tenant == "acme"
     assert first.cancelled()
+    assert load.calls == ["acme", "acme"]
+
+
+async def test_an_invalidated_tenant_is_read_again_and_nothing_read_before_is_answered() -> None:
+    cache = ScopeCache(clock=lambda: 0.0)
+    load = Loader()
+    load.gate.set()
+    assert (await cache.scope_of("acme", load)).grants == {("c1", "n1")}
+    assert (await cache.scope_of("globex", load)).grants == {("c1", "n2")}
+    cache.invalidate("acme")
+    assert (await cache.scope_of("acme", load)).grants == {("c1", "n3")}
+    assert (await cache.scope_of("globex", load)).grants == {("c1", "n2")}  # not globex's
+    cache.clear()
+    assert (await cache.scope_of("globex", load)).grants == {("c1", "n4")}
+
+
+async def test_a_read_under_way_when_the_grants_change_is_read_again() -> None:
+    cache = ScopeCache(clock=lambda: 0.0)
+    load = Loader()
+    first = asyncio.ensure_future(cache.scope_of("acme", load))
+    await asyncio.sleep(0)  # the read (n1) started before the change...
+    cache.invalidate("acme")
+    late = asyncio.ensure_future(cache.scope_of("acme", load))  # ...this look-up came after it
+    await asyncio.sleep(0)
+    load.gate.set()
+    assert (await first).grants == {("c1", "n2")}
+    assert (await late).grants == {("c1", "n2")}
     assert load.calls == ["acme", "acme"]
