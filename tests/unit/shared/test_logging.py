@@ -33,3 +33,31 @@ def test_json_lines_carry_context_and_redact_secrets(capsys: pytest.CaptureFixtu
     assert line["api_key"] == line["mlflow_password"] == "[redacted]"
     assert line["level"] == "info"
     assert "timestamp" in line
+
+
+def test_a_request_aiohttp_cannot_parse_is_one_line_without_its_bytes(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging as stdlib
+
+    from aiohttp.http_exceptions import BadHttpMessage
+
+    logging.configure(service="test", json=True, level="info")
+    server = stdlib.getLogger("aiohttp.server")
+    try:
+        raise BadHttpMessage("Invalid header value char:\n\n  b'X-Key: secret\\x00'\n  ^")
+    except BadHttpMessage as exc:
+        server.exception("Error handling request from %s", "10.0.0.7", exc_info=exc)
+    try:
+        raise RuntimeError("a handler bug")
+    except RuntimeError as exc:  # anything else still reaches the log with its traceback
+        server.exception("Error handling request from %s", "10.0.0.7", exc_info=exc)
+    err = capsys.readouterr().err
+    (line,) = [json.loads(text) for text in err.splitlines() if text]
+    assert line["event"] == "request_malformed"
+    assert (line["status"], line["error"], line["remote"]) == (400, "BadHttpMessage", "10.0.0.7")
+    assert line["reason"] == "Invalid header value char"
+    assert "secret" not in err
+    (passed,) = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert passed.exc_info is not None
+    assert isinstance(passed.exc_info[1], RuntimeError)
