@@ -1,6 +1,6 @@
 """Whether a live object has left what we applied, and the body that puts it back.
 
-Purely computational. ``compiler.k8s_objects.KubeObjects.apply`` uses both for every object it
+Purely computational. ``compiler.k8s_objects.KubeObjects.apply`` uses them for every object it
 converges: tenant namespaces' contents (``compiler.provisioning``) and pipeline templates.
 """
 
@@ -22,6 +22,12 @@ OWNED_FIELDS: Final = (
     "automountServiceAccountToken",
     "type",
 )
+# Fields the API server never changes in place, by kind: an object that must have another value
+# there is deleted and created again (a RoleBinding's roleRef: Kubernetes refuses the update).
+IMMUTABLE_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
+    "RoleBinding": ("roleRef",),
+    "ClusterRoleBinding": ("roleRef",),
+}
 # Metadata the server owns; never sent back on replace (managedFields omitted is kept as is).
 _SERVER_METADATA: Final = frozenset({"managedFields"})
 _QUANTITY_KINDS: Final = frozenset({"ResourceQuota", "LimitRange"})
@@ -98,6 +104,15 @@ def drifted(desired: Mapping[str, Any], live: Mapping[str, Any]) -> bool:
         not _same(desired[field], live.get(field), quantities=quantities)
         for field in OWNED_FIELDS
         if field in desired
+    )
+
+
+def recreated(desired: Mapping[str, Any], live: Mapping[str, Any]) -> bool:
+    """Whether ``live`` can only be converged to ``desired`` by deleting it and creating it
+    again: a field of ``IMMUTABLE_FIELDS`` differs. Purely computational."""
+    return any(
+        field in desired and not _same(desired[field], live.get(field), quantities=False)
+        for field in IMMUTABLE_FIELDS.get(str(desired.get("kind")), ())
     )
 
 

@@ -106,6 +106,11 @@ class Settings(BaseSettings):
     REDIS_URL: str = "redis://127.0.0.1:6379/0"
     TENANT_RECONCILE_INTERVAL: Seconds = 300.0  # drift check of every tenant's provisioning
     PIPELINE_TEMPLATES_KEPT: int = Field(default=10, ge=10)  # newest templates kept per pipeline
+    # The chart's tenant ClusterRoles (<prefix>compiler, executor, spark, training), which the
+    # compiler binds in each tenant namespace, the first to its own service account (in
+    # POD_NAMESPACE). The chart sets both from its release name.
+    TENANT_CLUSTER_ROLE_PREFIX: str = Field(default="workflow-manager-tenant-", min_length=1)
+    COMPILER_SERVICE_ACCOUNT: str = Field(default="workflow-manager-compiler", min_length=1)
 
     @field_validator("LOG_LEVEL")
     @classmethod

@@ -46,6 +46,7 @@ from sim.kube.types import (
 )
 from sim.kube.validation import (
     check_resource_version,
+    check_unchanged_fields,
     resource_name,
     typed_body,
     validate_metadata,
@@ -505,6 +506,7 @@ class ClusterStore:
         )
         meta["generation"] = int(old_meta.get("generation", 1)) + (1 if spec_changed else 0)
         validate_metadata(rtype, obj)
+        check_unchanged_fields(rtype, old, obj)
         if obj == old:
             return current
         if "deletionTimestamp" in meta and not meta.get("finalizers"):

@@ -13,6 +13,7 @@ from kubernetes_asyncio.client import (
     CoreApi,
     CoreV1Api,
     CustomObjectsApi,
+    RbacAuthorizationV1Api,
     V1ConfigMap,
     V1Lease,
     V1LeaseSpec,
@@ -196,6 +197,32 @@ async def test_name_clash_is_409_already_exists(api: ApiClient) -> None:
         await core.create_namespaced_config_map("default", _cm("same"))
     assert clash.value.status == 409
     assert _status(clash.value)["reason"] == "AlreadyExists"
+
+
+async def test_a_binding_keeps_its_role_ref(api: ApiClient) -> None:
+    """As the API server: a RoleBinding's roleRef cannot change (by replace or patch); its
+    subjects can."""
+    rbac = RbacAuthorizationV1Api(api)
+    binding = {
+        "metadata": {"name": "b"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
+        "subjects": [{"kind": "ServiceAccount", "name": "a", "namespace": "default"}],
+    }
+    await rbac.create_namespaced_role_binding("default", binding)
+    moved = {**binding, "roleRef": {**binding["roleRef"], "kind": "ClusterRole"}}
+    with pytest.raises(ApiException) as refused:
+        await rbac.replace_namespaced_role_binding("b", "default", moved)
+    assert refused.value.status == 422
+    assert "cannot change roleRef" in _status(refused.value)["message"]
+    with pytest.raises(ApiException) as patched:
+        await rbac.patch_namespaced_role_binding(
+            "b", "default", {"roleRef": {"name": "admin"}}, _content_type=MERGE
+        )
+    assert patched.value.status == 422
+    others = {**binding, "subjects": [{"kind": "ServiceAccount", "name": "b", "namespace": "x"}]}
+    replaced = await rbac.replace_namespaced_role_binding("b", "default", others)
+    assert replaced.subjects[0].name == "b"
+    assert replaced.role_ref.kind == "Role"
 
 
 async def test_stale_resource_version_in_merge_patch_is_409(api: ApiClient) -> None:
