@@ -375,6 +375,36 @@ def test_a_secret_is_referenced_only_when_it_is_one_of_the_tenants_data_secrets(
     assert "has none yet" in violations[0].message
 
 
+def _renamed(value: Any, name: str) -> Any:
+    """``value`` with the Secret named ``s`` (in SECRET_REFERENCES) renamed ``name``."""
+    if isinstance(value, dict):
+        return {
+            key: name if key in ("name", "secretName") and item == "s" else _renamed(item, name)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_renamed(item, name) for item in value]
+    return value
+
+
+_secret_names = st.from_regex(r"(kubeopera-)?[a-z0-9]([a-z0-9.-]{0,20}[a-z0-9])?", fullmatch=True)
+
+
+@settings(max_examples=200)
+@given(_secret_names, st.frozensets(_secret_names, max_size=4), st.integers(0, 4))
+def test_a_reference_is_accepted_exactly_when_it_names_a_data_secret_of_the_tenants(
+    name: str, data_secrets: frozenset[str], where: int
+) -> None:
+    document, path = SECRET_REFERENCES[where]
+    violations = found(_renamed(document, name), data_secrets=data_secrets)
+    if name.startswith("kubeopera-"):
+        assert violations == {("platform_secret", path)}
+    elif name in data_secrets:
+        assert violations == set()
+    else:
+        assert violations == {("secret_reference", path)}
+
+
 def test_a_platform_secret_stays_refused_even_if_named_as_a_data_secret() -> None:
     document = _container(envFrom=[{"secretRef": {"name": "kubeopera-artifact-credentials"}}])
     context = {"data_secrets": frozenset({"kubeopera-artifact-credentials"})}
