@@ -47,6 +47,7 @@ from compiler.yamldoc import parse_template_yaml  # noqa: E402
 TENANT = "acme"
 NAMESPACE = "kubeopera-data-acme"
 LIMITS = StepLimits(max_cpu="4", max_memory="8Gi")
+DATA_SECRETS = frozenset({"warehouse"})  # the one data secret wide_dag's steps read
 
 
 def timings(action: Callable[[], Any], rounds: int) -> list[float]:
@@ -95,7 +96,9 @@ def main() -> None:
             namespace=NAMESPACE,
             tenant=TENANT,
             artifact_bucket="kubeopera-artifacts",
-            artifact_prefix="tenants/acme/",
+            kind="data",
+            limits=LIMITS,
+            data_secrets=DATA_SECRETS,
         )
 
     body = parse_body({"name": "bench", "definition": {"type": "wizard", "spec": spec}})
@@ -106,6 +109,7 @@ def main() -> None:
         kind="data",
         limits=LIMITS,
         artifact_bucket="kubeopera-artifacts",
+        data_secrets=DATA_SECRETS,
     )
 
     def whole() -> None:

@@ -11,7 +11,12 @@ A save, an update and a validate all carry the same body (docs/api.md, "Pipeline
    template declares; naming one it does not declare is an error, not a silent no-op;
 3. ``compiler.stamping`` gives it our identity, namespace, labels and service accounts;
 4. the allowlist (``compiler.allowlist``) and Argo's schema (``compiler.argo_schema``) judge the
-   stamped document together, so a refusal lists every violation of both at once (422).
+   stamped document together, so a refusal lists every violation of both at once (422). The
+   allowlist judges it against the target: the tenant, the kind, the largest step and the
+   tenant's data secrets. Whatever the platform must add that a tenant may not write (a
+   reference to one of its own Secrets) would come after this step; nothing does today: the
+   executor's token and the artifact repository's credentials are found by Argo at run time,
+   through the executor's service account and the namespace's repository ConfigMap.
 
 Argo's own lint, the third opinion, needs the Argo server and is called by the service
 (``compiler.pipelines``). ``run_arguments`` checks a run's parameter overrides against what the
@@ -33,7 +38,6 @@ from compiler.spec import field_path, parameter_value
 from compiler.stamping import PipelineKind, stamp
 from compiler.yamldoc import parse_template_yaml
 from shared import labels as L
-from shared import storage
 from shared.errors import Invalid
 
 MAX_YAML: Final = 512 * 1024
@@ -113,14 +117,13 @@ class Target:
     kind: PipelineKind
     limits: StepLimits
     artifact_bucket: str
+    # The Secrets the tenant created through workflow-manager, the only ones a template may
+    # reference; data secrets do not exist yet, so none may.
+    data_secrets: frozenset[str] = frozenset()
 
     @property
     def namespace(self) -> str:
         return f"{L.DATA_NAMESPACE_PREFIX}{self.tenant}"
-
-    @property
-    def artifact_prefix(self) -> str:
-        return storage.tenant_prefix(self.tenant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +173,9 @@ def render(body: PipelineBody, target: Target) -> Rendered:
         namespace=target.namespace,
         tenant=target.tenant,
         artifact_bucket=target.artifact_bucket,
-        artifact_prefix=target.artifact_prefix,
+        kind=target.kind,
+        limits=target.limits,
+        data_secrets=target.data_secrets,
     )
     if not violations:  # a refused document is not worth a schema opinion
         violations += argo_schema.schema_violations(stamped)

@@ -117,6 +117,8 @@ class PipelineService:
             kind=kind,
             limits=self._limits.step_limits(kind),
             artifact_bucket=self._limits.artifact_bucket,
+            # Data secrets are not available yet: a tenant has none a template may reference.
+            data_secrets=frozenset(),
         )
 
     async def _checked(self, body: PipelineBody, target: Target) -> Rendered:

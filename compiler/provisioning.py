@@ -76,7 +76,6 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from compiler.spec import cpu_millis, memory_bytes
 from compiler.stamping import (
     EXECUTOR_SERVICE_ACCOUNT,
     SPARK_SERVICE_ACCOUNT,
@@ -86,6 +85,7 @@ from compiler.stamping import (
 from shared import labels as L
 from shared import storage
 from shared.errors import ConfigError
+from shared.quantity import cpu_millis, memory_bytes
 
 if TYPE_CHECKING:
     from shared.config import Settings

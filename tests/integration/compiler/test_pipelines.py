@@ -499,6 +499,128 @@ async def test_ml_pipelines_are_their_own_kind_with_gpu_limits(
         assert status == 404
 
 
+def _yaml_pipeline(spec: str) -> dict[str, Any]:
+    template = (
+        "apiVersion: argoproj.io/v1alpha1\nkind: WorkflowTemplate\nmetadata:\n  name: t\n"
+        f"spec:\n  entrypoint: main\n{spec}"
+    )
+    return {"name": "hostile", "definition": {"type": "yaml", "template": template}}
+
+
+MAIN = """  templates:
+    - name: main
+      container:
+        image: alpine:3.20
+        command: [sh, -c, echo hi]
+"""
+# One hostile document per class the allowlist once accepted: (YAML spec body, {(rule, path)}).
+HOSTILE_CLASSES: dict[str, tuple[str, set[tuple[str, str]]]] = {
+    "artifact repository": (
+        """  artifactRepositoryRef: {key: platform-default}
+  templates:
+    - name: main
+      container: {image: alpine:3.20, command: [sh, -c, echo hi]}
+      archiveLocation:
+        s3: {key: tenants/acme/models/churn/1}
+""",
+        {
+            ("artifact_repository_ref", "spec.artifactRepositoryRef.key"),
+            ("artifact_location", "spec.templates[0].archiveLocation.s3.key"),
+        },
+    ),
+    "secret reference": (
+        """  templates:
+    - name: main
+      sidecars:
+        - name: s
+          image: alpine:3.20
+          envFrom: [{secretRef: {name: argo-server-sso}}]
+      container:
+        image: alpine:3.20
+        env:
+          - name: K
+            valueFrom: {secretKeyRef: {name: kubeopera-artifact-credentials, key: secretKey}}
+""",
+        {
+            ("secret_reference", "spec.templates[0].sidecars[0].envFrom[0].secretRef.name"),
+            (
+                "platform_secret",
+                "spec.templates[0].container.env[0].valueFrom.secretKeyRef.name",
+            ),
+        },
+    ),
+    "labels and annotations": (
+        """  podMetadata:
+    labels: {kubeopera.io/pipeline-id: someone-elses}
+    annotations: {workflows.argoproj.io/outputs: "{}"}
+"""
+        + MAIN
+        + """      metadata:
+        annotations:
+          container.apparmor.security.beta.kubernetes.io/main: unconfined
+""",
+        {
+            ("reserved_label", 'spec.podMetadata.labels["kubeopera.io/pipeline-id"]'),
+            (
+                "reserved_annotation",
+                'spec.podMetadata.annotations["workflows.argoproj.io/outputs"]',
+            ),
+            (
+                "security_annotation",
+                'spec.templates[0].metadata.annotations["container.apparmor.security.beta'
+                '.kubernetes.io/main"]',
+            ),
+        },
+    ),
+    "resources": (
+        MAIN
+        + """        resources:
+          requests: {cpu: "3", memory: 9Gi}
+          limits: {nvidia.com/gpu: 1, amd.com/gpu: 1}
+""",
+        {
+            ("resource_limit", "spec.templates[0].container.resources.requests.cpu"),
+            ("resource_limit", "spec.templates[0].container.resources.requests.memory"),
+            ("resource_limit", 'spec.templates[0].container.resources.limits["nvidia.com/gpu"]'),
+            ("extended_resource", 'spec.templates[0].container.resources.limits["amd.com/gpu"]'),
+        },
+    ),
+}
+
+
+async def test_a_hostile_yaml_pipeline_of_each_class_is_refused_at_save_with_its_violations(
+    db: asyncpg.Pool, database_url: str, settings_factory: Any
+) -> None:
+    async for stack in make_stack(db, database_url, settings_factory, DATA_MAX_CPU="2"):
+        for name, (spec, expected) in HOSTILE_CLASSES.items():
+            status, refused = await stack.call("POST", "data-pipelines", json=_yaml_pipeline(spec))
+            assert status == 422, (name, refused)
+            violations = refused["details"]["violations"]
+            assert {(v["rule"], v["path"]) for v in violations} == expected, name
+        messages = {v["path"]: v["message"] for v in violations}
+        # The settings reach the check: the limit is the deployment's, named.
+        cpu = messages["spec.templates[0].container.resources.requests.cpu"]
+        assert cpu == "3 is above DATA_MAX_CPU (2)"
+        assert stack.templates() == []
+        # The near-miss of each: the default repository, keys under artifacts/, ordinary labels,
+        # amounts exactly at the largest step.
+        near_miss = """  artifactRepositoryRef: {configMap: artifact-repositories, key: default-v1}
+  podMetadata:
+    labels: {app: etl}
+  templates:
+    - name: main
+      container:
+        image: alpine:3.20
+        command: [sh, -c, echo hi]
+        resources:
+          limits: {cpu: 2000m, memory: 8Gi}
+      archiveLocation:
+        s3: {key: tenants/acme/artifacts/logs}
+"""
+        status, saved = await stack.call("POST", "data-pipelines", json=_yaml_pipeline(near_miss))
+        assert status == 201, saved
+
+
 async def test_a_create_that_loses_the_race_for_its_name_removes_its_template(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from compiler.drift import drifted, quantity_value, recreated, replacement
+from compiler.drift import drifted, recreated, replacement
 from compiler.provisioning import tenant_objects
 from tests.unit.compiler._specs import NAMESPACE, SPEC, TENANT, one
 
@@ -172,28 +172,3 @@ def test_a_replacement_keeps_theirs_and_puts_back_ours() -> None:
     assert body["spec"] == {"finalizers": ["kubernetes"]}
     assert "status" not in body
     assert live["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [
-        ("1Gi", 2**30),
-        ("1024Mi", 2**30),
-        ("500m", 0.5),
-        ("0.5", 0.5),
-        ("2e3", 2000),
-        ("1.5k", 1500),
-        ("8", 8),
-        ("100n", 1e-7),
-        ("lots", None),
-        ("1Zi", None),
-        ("", None),
-    ],
-)
-def test_quantity_value(text: str, value: float | None) -> None:
-    parsed = quantity_value(text)
-    if value is None:
-        assert parsed is None
-    else:
-        assert parsed is not None
-        assert float(parsed) == pytest.approx(value)
