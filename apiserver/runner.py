@@ -89,6 +89,7 @@ async def apiserver_parts(
                 objects=objects,
                 artifact_bucket=settings.ARTIFACT_BUCKET,
                 argo_data_server_url=settings.ARGO_DATA_SERVER_URL,
+                argo_data_instance_id=settings.ARGO_DATA_INSTANCE_ID,
                 compiler=compiler,
                 heartbeat_seconds=heartbeat_seconds,
             )

@@ -13,6 +13,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from apiserver.pipelines.compiler_client import CompilerClient
 from apiserver.runs.pg_runs import RunReader
+from shared import labels as L
 
 
 class ClusterConnections(Protocol):
@@ -53,6 +54,7 @@ class Services:
     compiler: CompilerClient | None = None
     clock: Callable[[], datetime] = utc_now
     heartbeat_seconds: float = 15.0
+    argo_data_instance_id: str = L.DATA_CONTROLLER_INSTANCE_ID
 
 
 SERVICES = web.AppKey("services", Services)

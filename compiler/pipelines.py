@@ -101,12 +101,14 @@ class PipelineService:
         tenants: Tenants,
         lint: Lint | None,
         limits: Limits,
+        instance_id: str,
     ) -> None:
         self._pool = pool
         self._objects = objects
         self._tenants = tenants
         self._lint = lint
         self._limits = limits
+        self._instance_id = instance_id  # the data controller's (ARGO_DATA_INSTANCE_ID)
 
     # --- rendering ---------------------------------------------------------------------------
     def _target(self, caller: Caller, kind: PipelineKind, pipeline_id: str, version: int) -> Target:
@@ -330,7 +332,9 @@ class PipelineService:
             raise Conflict("the pipeline's current version is missing", details={"id": pipeline_id})
         arguments = definitions.run_arguments(version.parameters, dict(overrides))
         await self._tenants.ensure(caller.tenant)
-        workflow = run_manifest(pipeline, version, arguments, actor=caller.actor)
+        workflow = run_manifest(
+            pipeline, version, arguments, actor=caller.actor, instance_id=self._instance_id
+        )
         namespace = workflow["metadata"]["namespace"]
         parameters = {item["name"]: item["value"] for item in arguments}
         try:
@@ -385,10 +389,14 @@ def run_manifest(
     arguments: list[dict[str, str]],
     *,
     actor: str,
+    instance_id: str,
 ) -> dict[str, Any]:
     """The Workflow a run creates: a reference to the version's template and nothing else the
-    tenant could not set themselves (the controller runs only template references)."""
+    tenant could not set themselves (the controller runs only template references), labelled
+    with the data controller's instance ID: without it the CI/CD controller, which runs any
+    workflow, would take it, and the data controller would never see it."""
     labels = identity_labels(pipeline_id=pipeline.id, version=version.version, kind=pipeline.kind)
+    labels[L.ARGO_CONTROLLER_INSTANCE_ID] = instance_id
     spec: dict[str, Any] = {"workflowTemplateRef": {"name": version.template_name}}
     if arguments:
         spec["arguments"] = {"parameters": arguments}

@@ -97,7 +97,12 @@ def assemble(
         return await argo.lint_template(namespace, template)
 
     service = PipelineService(
-        pool=pool, objects=objects, tenants=tenants, lint=lint, limits=limits_of(settings)
+        pool=pool,
+        objects=objects,
+        tenants=tenants,
+        lint=lint,
+        limits=limits_of(settings),
+        instance_id=settings.ARGO_DATA_INSTANCE_ID,
     )
     key = settings.INTERNAL_API_KEY
     if key is None:

@@ -378,8 +378,10 @@ async def main() -> None:
         world = await wait_for_world(processes["sim"])
         clusters = world["clusters"]
         registry = world["registry"]
+        data_argo = world["argo_data_server"]
         assert isinstance(clusters, list)
         assert isinstance(registry, dict)
+        assert isinstance(data_argo, dict)
         host = next(c for c in clusters if c["host"])
         base_env = {
             **os.environ,
@@ -398,7 +400,9 @@ async def main() -> None:
             "ARTIFACT_IAM_USER_PATH": "/kubeopera/tenants/",
             "ARTIFACT_IAM_USER_PREFIX": "kubeopera-",
             "ARTIFACT_IAM_BOUNDARY_ARN": "arn:aws:iam::123456789012:policy/kubeopera-tenants",
-            "ARGO_DATA_SERVER_URL": "https://argo-server.argo.svc:2746",
+            # The host's second Argo, which runs tenants' pipelines.
+            "ARGO_DATA_SERVER_URL": data_argo["url"],
+            "ARGO_DATA_INSTANCE_ID": data_argo["instance_id"],
             "LOG_JSON": "false",
             "POD_NAME": "demo",
         }
@@ -407,7 +411,8 @@ async def main() -> None:
             if http_port:
                 env["HTTP_PORT"] = str(http_port)
             processes[name] = start(name, [python, "-m", name], env)
-        log("started: 2 simulated clusters with Argo (host + cluster-1), the cluster registry,")
+        log("started: 2 simulated clusters with Argo (host, with its data controller for")
+        log("         tenants' pipelines, + cluster-1), the cluster registry,")
         log("         and " + ", ".join(DEPLOYABLES) + " (logs in .run/demo/)")
         for c in clusters:
             log(f"cluster {c['name']:<10} {c['url']}  kubeconfig {c['kubeconfig']}")

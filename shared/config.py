@@ -13,10 +13,12 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BeforeValidator, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
+from shared import labels as L
 from shared.errors import ConfigError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_LABEL_VALUE = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 
 
@@ -111,6 +113,8 @@ class Settings(BaseSettings):
     # POD_NAMESPACE). The chart sets both from its release name.
     TENANT_CLUSTER_ROLE_PREFIX: str = Field(default="workflow-manager-tenant-", min_length=1)
     COMPILER_SERVICE_ACCOUNT: str = Field(default="workflow-manager-compiler", min_length=1)
+    # The data controller's instance ID (the label value routing a workflow to it).
+    ARGO_DATA_INSTANCE_ID: str = L.DATA_CONTROLLER_INSTANCE_ID
 
     @field_validator("LOG_LEVEL")
     @classmethod
@@ -118,6 +122,13 @@ class Settings(BaseSettings):
         if value.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError("expected one of debug, info, warning, error")
         return value.lower()
+
+    @field_validator("ARGO_DATA_INSTANCE_ID")
+    @classmethod
+    def _label_value(cls, value: str) -> str:
+        if not _LABEL_VALUE.match(value):
+            raise ValueError("expected a label value: up to 63 letters, digits, '-', '_' or '.'")
+        return value
 
     @field_validator("DATABASE_URL")
     @classmethod

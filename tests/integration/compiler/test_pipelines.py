@@ -24,12 +24,19 @@ from apiserver.stream.pg_changes import PgChangeSource
 from compiler.runner import Parts, assemble
 from compiler.stamping import template_name
 from shared.k8s import client_from_kubeconfig
+from sim.argo.controller import ArgoSimulator
+from sim.argo.server import DATA_ARGO_NAMESPACE, DATA_ARGO_SERVICE
 from sim.world import World, start_world
 
 API_KEY = "test-api-key"
 INTERNAL_KEY = "test-internal-key"
 WRITE = "pipelines.read,pipelines.write,pipelines.run"
 NS = "kubeopera-data-acme"
+INSTANCE_LABEL = "workflows.argoproj.io/controller-instanceid"
+INLINE = {
+    "entrypoint": "main",
+    "templates": [{"name": "main", "container": {"image": "busybox", "args": ["echo ci"]}}],
+}
 
 
 def headers(
@@ -153,9 +160,9 @@ async def make_stack(
 ) -> AsyncIterator[Stack]:
     world = await start_world(1, tick=0.01, autostart=False, pod_gc_delay=0)
     kube = await client_from_kubeconfig(world.host.kubeconfig)
+    # ARGO_DATA_SERVER_URL and ARGO_DATA_INSTANCE_ID by default: the sim host's data controller.
     settings = settings_factory(
         INTERNAL_API_KEY=INTERNAL_KEY,
-        ARGO_DATA_SERVER_URL="https://argo-server.argo.svc:2746",
         ARTIFACT_BUCKET="artifacts",
         **overrides,
     )
@@ -308,12 +315,18 @@ async def test_update_versions_rollback_and_template_gc(stack: Stack) -> None:
     assert next_save["version"] == 13
 
 
-async def _finish(stack: Stack, name: str) -> dict[str, Any]:
+async def _finish(
+    stack: Stack, name: str, *, namespace: str = NS, controller: ArgoSimulator | None = None
+) -> dict[str, Any]:
+    """Step one controller, by default the data controller (pipelines run there alone), until
+    the workflow `name` finishes."""
     store = stack.world.host.store
     rtype = store.resolve("argoproj.io", "v1alpha1", "workflows")
+    controller = controller or stack.world.host.data_argo
+    assert controller is not None
     for _ in range(200):
-        await stack.world.host.argo.step()
-        workflow = store.get(rtype, NS, name)
+        await controller.step()
+        workflow = store.get(rtype, namespace, name)
         if workflow.get("status", {}).get("phase") in ("Succeeded", "Failed", "Error"):
             return workflow
     raise AssertionError(f"{name} did not finish")
@@ -353,6 +366,34 @@ async def test_run_checks_parameters_and_starts_the_current_version(stack: Stack
     assert action["parameters"] == {"day": "2026-02-03", "shards": "8"}
 
 
+async def test_a_run_carries_the_data_instance_id_and_runs_on_the_data_controller_only(
+    stack: Stack,
+) -> None:
+    status, saved = await stack.call("POST", "data-pipelines", json=body())
+    assert status == 201, saved
+    status, run = await stack.call("POST", f"data-pipelines/{saved['id']}/run", json={})
+    assert status == 201, run
+    name = run["workflow"]["name"]
+    host = stack.world.host
+    store = host.store
+    workflows = store.resolve("argoproj.io", "v1alpha1", "workflows")
+    pods = store.resolve("", "v1", "pods")
+    labels = store.get(workflows, NS, name)["metadata"]["labels"]
+    assert labels[INSTANCE_LABEL] == "kubeopera-data"
+    # A CI/CD workflow created after the run: once the CI/CD controller has finished it, it has
+    # passed over the run, which it never touches.
+    later = store.create(workflows, "argo", {"metadata": {"generateName": "ci-"}, "spec": INLINE})
+    ci = await _finish(stack, later["metadata"]["name"], namespace="argo", controller=host.argo)
+    assert ci["status"]["phase"] == "Succeeded"
+    assert "status" not in store.get(workflows, NS, name)
+    run_pods = f"workflows.argoproj.io/workflow={name}"
+    assert store.list(pods, NS, label_selector=run_pods)[0] == []
+    assert (await _finish(stack, name))["status"]["phase"] == "Succeeded"
+    started = store.list(pods, NS, label_selector=run_pods)[0]
+    assert started
+    assert {pod["metadata"]["labels"][INSTANCE_LABEL] for pod in started} == {"kubeopera-data"}
+
+
 async def test_a_run_of_a_recent_version_can_be_retried_after_newer_saves(stack: Stack) -> None:
     status, saved = await stack.call("POST", "data-pipelines", json=body(fail_step=True))
     pipeline = saved["id"]
@@ -367,7 +408,9 @@ async def test_a_run_of_a_recent_version_can_be_retried_after_newer_saves(stack:
     assert template_name(pipeline, 1) in stack.templates()
     from shared.argo import ArgoServer
 
-    await ArgoServer(stack.kube).retry(NS, name)
+    await ArgoServer(stack.kube, namespace=DATA_ARGO_NAMESPACE, service=DATA_ARGO_SERVICE).retry(
+        NS, name
+    )
     store = stack.world.host.store
     rtype = store.resolve("argoproj.io", "v1alpha1", "workflows")
     retried = store.get(rtype, NS, name)
