@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 from collections.abc import AsyncIterator, Callable
@@ -28,11 +29,13 @@ from shared.errors import (
     WorkflowManagerError,
 )
 from shared.k8s import (
+    ClusterTls,
     Gone,
     client_from_kubeconfig,
     host_client,
     in_cluster_client,
     parse_kubeconfig,
+    split_inline_tls,
     translate,
     translating,
 )
@@ -207,6 +210,54 @@ def test_errors_never_quote_the_kubeconfig() -> None:
     with pytest.raises(Invalid) as caught:
         parse_kubeconfig(text)
     assert "SECRET-TOKEN" not in str(caught.value)
+
+
+# --- inline TLS, kept out of the library (it would write it to temporary files) --------------
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_split_inline_tls_takes_the_data_of_the_context_in_use() -> None:
+    doc = yaml.safe_load(
+        kubeconfig(
+            {"token": "t", "client-certificate-data": b64("CERT"), "client-key-data": b64("KEY")},
+            {"server": "https://k:6443", "certificate-authority-data": b64("CA")},
+        )
+    )
+    stripped, tls = split_inline_tls(doc)
+    assert tls == ClusterTls("k", "https://k:6443", b"CA", b"CERT", b"KEY")
+    assert stripped["clusters"][0]["cluster"] == {"server": "https://k:6443"}
+    assert stripped["users"][0]["user"] == {"token": "t"}
+    assert "certificate-authority-data" in doc["clusters"][0]["cluster"]  # the input is kept
+
+
+def test_split_inline_tls_without_tls_data() -> None:
+    _, tls = split_inline_tls(yaml.safe_load(kubeconfig({"token": "t"})))
+    assert tls == ClusterTls("k", "http://127.0.0.1:1")
+
+
+@pytest.mark.parametrize(
+    ("user", "cluster", "complaint"),
+    [
+        ({"token": "t"}, {"certificate-authority-data": "%%%"}, "not base64"),
+        ({"token": "t"}, {"certificate-authority-data": 42}, "not base64"),
+        ({"token": "t"}, {"certificate-authority-data": b64("no PEM here")}, "no PEM certificate"),
+        ({"token": "t"}, {"certificate-authority-data": ""}, "no PEM certificate"),
+        ({"client-certificate-data": b64("CERT")}, {}, "go together"),
+        (
+            {"client-certificate-data": b64("CERT"), "client-key-data": b64("KEY")},
+            {},
+            "not a usable pair",
+        ),
+    ],
+)
+async def test_unusable_inline_tls_is_invalid_naming_the_cluster(
+    user: dict[str, object], cluster: dict[str, object], complaint: str
+) -> None:
+    text = kubeconfig(user, {"server": "https://127.0.0.1:1", **cluster})
+    with pytest.raises(Invalid, match=complaint) as caught:
+        await client_from_kubeconfig(text)
+    assert "cluster 'k'" in caught.value.message
 
 
 # --- in-cluster and host ----------------------------------------------------------------------
