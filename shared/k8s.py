@@ -250,18 +250,18 @@ def split_inline_tls(
 def tls_context(tls: ClusterTls, configuration: Configuration) -> ssl.SSLContext:
     """The client's TLS context, built in memory from `tls`; files only where the operator's
     own kubeconfig (or the pod's service account) names them, as `configuration` holds them."""
-    try:
-        if tls.ca is not None:
+    if tls.ca is None:
+        context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    else:
+        try:
             if not tls.ca.strip():  # ssl would quietly trust the system's CAs instead
                 raise ValueError("empty")
             context = ssl.create_default_context(cadata=tls.ca.decode("ascii"))
-        else:
-            context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
-    except (ssl.SSLError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
-        raise Invalid(
-            f"kubeconfig cluster {tls.cluster!r}: certificate-authority-data "
-            "holds no PEM certificate"
-        ) from exc
+        except (ssl.SSLError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+            raise Invalid(
+                f"kubeconfig cluster {tls.cluster!r}: certificate-authority-data "
+                "holds no PEM certificate"
+            ) from exc
     if tls.client_cert is not None or tls.client_key is not None:
         _load_client_certificate(context, tls)
     elif configuration.cert_file:

@@ -296,6 +296,16 @@ async def test_in_cluster_client_uses_the_service_account(
     assert auth["BearerToken"]["value"] == "Bearer sa-token"
 
 
+async def test_in_cluster_client_with_an_unreadable_ca_is_a_config_error(
+    service_account: tuple[Path, Path],
+) -> None:
+    token, ca = service_account
+    ca.write_text("not a certificate")
+    environ = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    with pytest.raises(ConfigError, match="in-cluster"):
+        await in_cluster_client(environ=environ, token_path=str(token), ca_path=str(ca))
+
+
 async def test_in_cluster_client_outside_a_pod_is_a_config_error() -> None:
     with pytest.raises(ConfigError):
         await in_cluster_client(environ={})
