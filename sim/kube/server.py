@@ -39,9 +39,6 @@ SERVER_VERSION: JsonObject = {
 _TRUE = ("true", "True", "1")
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 _LIVENESS_CHECK_S = 5.0
-_BUILTIN_GROUPS = frozenset(
-    {"", "apps", "rbac.authorization.k8s.io", "networking.k8s.io", "coordination.k8s.io"}
-)
 
 
 def _json(status: int, body: Any) -> web.Response:
@@ -408,7 +405,7 @@ def _deleted(rtype: ResourceType, deleted: Stored) -> web.Response:
     """Built-in types answer an immediate delete with a success Status, custom resources and
     deletions held by finalizers with the object, as the API server does."""
     meta = deleted.meta
-    if rtype.group in _BUILTIN_GROUPS and not meta.get("finalizers"):
+    if not rtype.custom and not meta.get("finalizers"):
         details = {"name": meta["name"], "group": rtype.group, "kind": rtype.plural}
         details["uid"] = meta.get("uid", "")
         status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
