@@ -191,7 +191,6 @@ class ClusterTls:
     """The TLS a kubeconfig's context asks for, decoded (PEM); None where it says nothing."""
 
     cluster: str  # the kubeconfig's name for the cluster, which errors name
-    server: str
     ca: bytes | None = None
     client_cert: bytes | None = None
     client_key: bytes | None = None
@@ -232,7 +231,6 @@ def split_inline_tls(
     where = f"cluster {cluster_name!r}"
     tls = ClusterTls(
         cluster=cluster_name,
-        server=str(cluster.get("server") or ""),
         ca=_decoded(cluster, "certificate-authority-data", where=where),
         client_cert=_decoded(user, "client-certificate-data", where=f"user of {where}"),
         client_key=_decoded(user, "client-key-data", where=f"user of {where}"),
@@ -304,16 +302,19 @@ _UNTRUSTED_CODES = frozenset({2, 18, 19, 20, 21})
 
 
 def certificate_refused(
-    exc: aiohttp.ClientConnectorCertificateError, *, cluster: str, server: str
+    exc: aiohttp.ClientConnectorCertificateError, *, cluster: str
 ) -> CertificateRefused:
-    """Our error for a refused server certificate, naming the cluster. Purely computational."""
+    """Our error for a refused server certificate, naming the cluster. Purely computational.
+
+    The server's address stays out: callers of the apiserver see this message.
+    """
     cause = exc.certificate_error
     reason = str(getattr(cause, "verify_message", None) or cause).rstrip(".")
     if getattr(cause, "verify_code", None) in _UNTRUSTED_CODES:
         reason += " (not signed by a CA the kubeconfig trusts: check certificate-authority-data)"
     return CertificateRefused(
-        f"cluster {cluster!r} ({server}): the API server's TLS certificate was refused: {reason}",
-        details={"cluster": cluster, "server": server, "reason": reason},
+        f"cluster {cluster!r}: the API server's TLS certificate was refused: {reason}",
+        details={"cluster": cluster, "reason": reason},
     )
 
 
@@ -345,9 +346,7 @@ class _ClusterRestClient(RESTClientObject):
         try:
             return await super().request(*args, **kwargs)
         except aiohttp.ClientConnectorCertificateError as exc:
-            raise certificate_refused(
-                exc, cluster=self._tls.cluster, server=self._tls.server
-            ) from exc
+            raise certificate_refused(exc, cluster=self._tls.cluster) from exc
 
 
 async def _api_client(configuration: Configuration, tls: ClusterTls) -> ApiClient:
@@ -402,8 +401,7 @@ async def in_cluster_client(
         InClusterConfigLoader(
             token_filename=token_path, cert_filename=ca_path, environ=dict(environ)
         ).load_and_set(configuration)
-        tls = ClusterTls("in-cluster", configuration.host or "")
-        return await _api_client(configuration, tls)
+        return await _api_client(configuration, ClusterTls("in-cluster"))
     except (ConfigException, OSError, ssl.SSLError) as exc:
         raise ConfigError(f"in-cluster Kubernetes identity unusable: {exc}") from exc
 

@@ -225,7 +225,7 @@ def test_split_inline_tls_takes_the_data_of_the_context_in_use() -> None:
         )
     )
     stripped, tls = split_inline_tls(doc)
-    assert tls == ClusterTls("k", "https://k:6443", b"CA", b"CERT", b"KEY")
+    assert tls == ClusterTls("k", b"CA", b"CERT", b"KEY")
     assert stripped["clusters"][0]["cluster"] == {"server": "https://k:6443"}
     assert stripped["users"][0]["user"] == {"token": "t"}
     assert "certificate-authority-data" in doc["clusters"][0]["cluster"]  # the input is kept
@@ -233,7 +233,7 @@ def test_split_inline_tls_takes_the_data_of_the_context_in_use() -> None:
 
 def test_split_inline_tls_without_tls_data() -> None:
     _, tls = split_inline_tls(yaml.safe_load(kubeconfig({"token": "t"})))
-    assert tls == ClusterTls("k", "http://127.0.0.1:1")
+    assert tls == ClusterTls("k")
 
 
 @pytest.mark.parametrize(
