@@ -471,6 +471,30 @@ async def test_a_refused_certificate_is_one_clear_line_per_retry_until_fixed(
     await eventually(ingested, what="the run ingested once the kubeconfig is fixed")
 
 
+async def test_an_unusable_kubeconfig_is_one_clear_line_not_a_traceback(
+    world: World, start_watcher: StartWatcher
+) -> None:
+    other = world.clusters[1]
+    broken = other.kubeconfig.replace(
+        "certificate-authority-data: ", "certificate-authority-data: x"
+    )
+    world.registry.registry.add(replace(other.record(), kubeconfig=broken))
+    with capture_logs() as captured:
+        await start_watcher(informing=1)
+
+        async def reported() -> bool:
+            return any(line["event"] == "cluster_kubeconfig_unusable" for line in captured)
+
+        await eventually(reported, what="the unusable kubeconfig reported")
+    line = next(line for line in captured if line["event"] == "cluster_kubeconfig_unusable")
+    assert (line["cluster"], line["error"]) == (other.id, "invalid")
+    assert (
+        line["reason"]
+        == f"kubeconfig cluster {other.name!r}: certificate-authority-data is not base64"
+    )
+    assert not [line for line in captured if "exc_info" in line or line["log_level"] == "error"]
+
+
 def failures(captured: list[dict[str, Any]], cluster_id: str) -> list[dict[str, Any]]:
     return [
         line
