@@ -17,7 +17,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from shared.argo import ArgoServer
 from shared.clusters import WatchTarget
-from shared.errors import WorkflowManagerError
+from shared.errors import Invalid, WorkflowManagerError
 from shared.logging import get_logger
 from shared.runs import ClusterRef
 from watcher import metrics
@@ -87,10 +87,22 @@ class Fleet:
             await asyncio.Event().wait()  # not ours to watch any more; wait to be cancelled
             return
         client = self._host_api if target.is_host else None
-        try:
-            if client is None:
-                assert target.kubeconfig is not None  # plan_targets only keeps reachable ones
+        if client is None:
+            assert target.kubeconfig is not None  # plan_targets only keeps reachable ones
+            try:
                 client = await self._client_factory(target.kubeconfig)
+            except Invalid as exc:
+                # Retrying cannot help: a corrected kubeconfig changes the connection key,
+                # which restarts this work. Until then, one line, not a traceback per retry.
+                log.warning(
+                    "cluster_kubeconfig_unusable",
+                    cluster=cluster_id,
+                    error=exc.code,
+                    reason=exc.message,
+                )
+                await asyncio.Event().wait()
+                return
+        try:
             known = {
                 key: Seen(uid, rv)
                 for key, (uid, rv) in (await self._clusters.known_runs(cluster_id)).items()

@@ -21,6 +21,7 @@ import orjson
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from shared.errors import WorkflowManagerError
 from shared.logging import get_logger
 from shared.runs import ClusterRef
 from watcher import metrics
@@ -115,16 +116,18 @@ class WorkflowInformer:
             except Expired:
                 log.info("watch_expired_relisting", cluster=self.cluster.id)
                 self.state.resource_version = None
-            except (ApiException, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            except (
+                ApiException,
+                aiohttp.ClientError,
+                TimeoutError,
+                ValueError,
+                WorkflowManagerError,  # the client's own, e.g. a refused TLS certificate
+            ) as exc:
                 if isinstance(exc, ApiException) and exc.status == 410:
                     self.state.resource_version = None
                     continue
                 log.warning(
-                    "watch_failed",
-                    cluster=self.cluster.id,
-                    error=type(exc).__name__,
-                    status=getattr(exc, "status", None),
-                    retry_in=backoff,
+                    "watch_failed", cluster=self.cluster.id, retry_in=backoff, **_failure(exc)
                 )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._options.backoff_max)
@@ -246,6 +249,14 @@ class WorkflowInformer:
             Deleted(final),
             high_water=self._options.high_water,
         )
+
+
+def _failure(exc: BaseException) -> dict[str, Any]:
+    """How a failed list or watch is logged: ours by code and message (which name the cluster
+    and the cause, e.g. a refused certificate), a library's by type and HTTP status."""
+    if isinstance(exc, WorkflowManagerError):
+        return {"error": exc.code, "reason": exc.message}
+    return {"error": type(exc).__name__, "status": getattr(exc, "status", None)}
 
 
 async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:

@@ -13,6 +13,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from sim.argo.controller import ArgoSimulator
+from sim.kube.certificates import client_context
 from sim.world import SimCluster
 
 Obj = dict[str, Any]
@@ -124,7 +125,9 @@ async def argo(
     cluster: SimCluster, method: str, path: str, body: Obj | None = None, *, proxy: str = PROXY
 ) -> tuple[int, Any]:
     headers = {"Authorization": f"Bearer {cluster.running.token}"}
-    async with aiohttp.ClientSession(headers=headers) as session:
+    assert cluster.running.ca is not None
+    connector = aiohttp.TCPConnector(ssl=client_context(cluster.running.ca))
+    async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
         url = f"{cluster.url}/{proxy}/{path}"
         async with session.request(method, url, json=body) as response:
             text = await response.text()
