@@ -28,7 +28,7 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from shared.clusters import plan_targets
 from shared.config import Settings
 from shared.db.migrations import apply_migrations
-from shared.db.pool import connect, create_pool
+from shared.db.pool import connect, create_pool, database_ready
 from shared.errors import DependencyDown, WorkflowManagerError
 from shared.health import HealthServer
 from shared.k8s import client_from_kubeconfig, host_client, translating
@@ -237,14 +237,7 @@ async def run(
             watcher.host_api, settings, name=f"{LEASE_PREFIX}-retention"
         )
 
-        async def pool_ready() -> None:
-            try:
-                await watcher.pool.fetchval("SELECT 1")
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                # A reason, not a traceback logged for every probe while PostgreSQL is away.
-                raise DependencyDown(f"PostgreSQL does not answer ({type(exc).__name__})") from exc
-
-        health.add_check("postgresql", pool_ready)
+        health.add_check("postgresql", database_ready(watcher.pool))
         health.add_check("writer", watcher.writer_ready)
         health.add_check("informers", watcher.informers_ready)
         watcher.health = health

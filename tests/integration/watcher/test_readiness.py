@@ -77,7 +77,7 @@ async def test_readyz_names_an_unwatched_cluster_and_a_writer_that_cannot_commit
                 return "commits in a row failed" in body["failures"].get("writer", "")
 
             await eventually(answering(503, names_writer), what="not ready, naming the writer")
-            assert "PostgreSQL does not answer" in answers[-1][1]["failures"]["postgresql"]
+            assert "the database is unavailable" in answers[-1][1]["failures"]["postgresql"]
             proxy.restore()
             await eventually(answering(200), what="ready once the writer commits")
 
