@@ -33,7 +33,7 @@ LIST_CONCURRENCY = 4  # clusters listing at once (memory bound; see InformerOpti
 
 
 class Election(Protocol):
-    """What the fleet needs of ``shared.leader.ShardedElection``."""
+    """What the fleet needs of ``shared.leader_shards.ShardedElection``."""
 
     async def update(self, shards: Sequence[str]) -> None: ...
     async def remove(self, shard: str) -> None: ...
