@@ -24,6 +24,7 @@ from apiserver.services import Services
 from apiserver.stream.hub import StreamHub
 from apiserver.stream.pg_changes import PgChangeSource
 from shared.config import Settings
+from shared.cursors import CursorCodec, cursor_key
 from shared.db.migrations import apply_migrations
 from shared.db.pool import create_pool, database_ready
 from shared.health import HealthServer
@@ -82,6 +83,7 @@ async def apiserver_parts(
                 base_url=settings.COMPILER_URL,
                 internal_key=internal_key.get_secret_value() if internal_key else None,
             )
+            api_key = settings.API_KEY.get_secret_value() if settings.API_KEY else None
             services = Services(
                 pool=pool,
                 runs=RunReader(pool),
@@ -91,10 +93,10 @@ async def apiserver_parts(
                 argo_data_server_url=settings.ARGO_DATA_SERVER_URL,
                 argo_data_instance_id=settings.ARGO_DATA_INSTANCE_ID,
                 compiler=compiler,
+                cursors=CursorCodec(cursor_key(api_key)),
                 heartbeat_seconds=heartbeat_seconds,
             )
             hub = StreamHub(PgChangeSource(pool, dsn=settings))
-            api_key = settings.API_KEY.get_secret_value() if settings.API_KEY else None
             if api_key is None:
                 log.warning("api_key_unset", consequence="every request is refused")
             app = create_app(services, hub, api_key=api_key)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -14,6 +14,7 @@ from kubernetes_asyncio.client import ApiClient
 from apiserver.pipelines.compiler_client import CompilerClient
 from apiserver.runs.pg_runs import RunReader
 from shared import labels as L
+from shared.cursors import CursorCodec, cursor_key
 
 
 class ClusterConnections(Protocol):
@@ -52,6 +53,9 @@ class Services:
     artifact_bucket: str | None
     argo_data_server_url: str
     compiler: CompilerClient | None = None
+    # Signs every list's cursors. The runner derives it from API_KEY, which all replicas share;
+    # left out (tests), a random key good for this process only.
+    cursors: CursorCodec = field(default_factory=lambda: CursorCodec(cursor_key(None)))
     clock: Callable[[], datetime] = utc_now
     heartbeat_seconds: float = 15.0
     argo_data_instance_id: str = L.DATA_CONTROLLER_INSTANCE_ID

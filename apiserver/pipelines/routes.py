@@ -10,9 +10,6 @@ tenant and the actor; writing needs a tenant, so an administrator writes through
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -23,8 +20,10 @@ from apiserver.params import query_params
 from apiserver.routing import API_PREFIX, Param, RouteSpec
 from apiserver.runs.query import iso
 from apiserver.services import SERVICES, Services
+from shared import cursors
 from shared.db.pool import translate_db_errors
 from shared.errors import DependencyDown, Invalid, NotFound
+from shared.sql import contains_pattern
 from shared.web import json_body
 
 MAX_BODY: Final = 1024 * 1024
@@ -66,26 +65,15 @@ def _limit(params: Mapping[str, list[str]]) -> int:
     return int(text)
 
 
-def _encode_cursor(key: list[Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode().rstrip("=")
-
-
-def _decode_cursor(params: Mapping[str, list[str]], shape: tuple[type, ...]) -> list[Any] | None:
+def _after(
+    services: Services, params: Mapping[str, list[str]], *, bound_to: str, shape: tuple[type, ...]
+) -> tuple[int | str, ...] | None:
     values = params.get("cursor")
     if not values:
         return None
-    text = values[0]
-    try:
-        key = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        key = None
-    if (
-        not isinstance(key, list)
-        or len(key) != len(shape)
-        or not all(type(part) is kind for part, kind in zip(key, shape, strict=True))
-    ):
-        raise Invalid("cursor: malformed cursor", details={"parameter": "cursor"})
-    return key
+    if len(values) > 1:
+        raise Invalid("cursor: may be given once", details={"parameter": "cursor"})
+    return services.cursors.decode(values[0], bound_to=bound_to, shape=shape)
 
 
 def _pipeline_item(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -139,11 +127,12 @@ async def list_pipelines(request: web.Request) -> web.Response:
     identity = identity_of(request)
     params = query_params(request, {"limit", "cursor", "q"})
     limit = _limit(params)
-    after = _decode_cursor(params, (str, str))
     text = (params.get("q") or [""])[0].strip()
     if len(text) > 100:
         raise Invalid("q: at most 100 characters", details={"parameter": "q"})
-    pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    bound_to = cursors.binding(request.path, tenant=identity.tenant, filters=text)
+    after = _after(services, params, bound_to=bound_to, shape=(str, str))
+    pattern = contains_pattern(text)
     where = "kind = $1 AND ($2::text IS NULL OR tenant = $2) AND name ILIKE $3"
     with translate_db_errors():
         rows = await services.pool.fetch(
@@ -164,7 +153,11 @@ async def list_pipelines(request: web.Request) -> web.Response:
         )
     more = len(rows) > limit
     rows = rows[:limit]
-    cursor = _encode_cursor([rows[-1]["name"], rows[-1]["id"]]) if more else None
+    cursor = (
+        services.cursors.encode((rows[-1]["name"], rows[-1]["id"]), bound_to=bound_to)
+        if more
+        else None
+    )
     return web.json_response(
         {"items": [_pipeline_item(row) for row in rows], "next_cursor": cursor, "total": total}
     )
@@ -192,8 +185,9 @@ async def list_versions(request: web.Request) -> web.Response:
     identity = identity_of(request)
     params = query_params(request, {"limit", "cursor"})
     limit = _limit(params)
-    after = _decode_cursor(params, (int,))
     kind, pipeline_id = _kind(request), _pipeline_id(request)
+    bound_to = cursors.binding(request.path, tenant=identity.tenant)
+    after = _after(services, params, bound_to=bound_to, shape=(int,))
     pipeline = await _pipeline_row(services, identity, kind, pipeline_id)
     with translate_db_errors():
         rows = await services.pool.fetch(
@@ -213,7 +207,9 @@ async def list_versions(request: web.Request) -> web.Response:
     return web.json_response(
         {
             "items": items,
-            "next_cursor": _encode_cursor([rows[-1]["version"]]) if more else None,
+            "next_cursor": (
+                services.cursors.encode((rows[-1]["version"],), bound_to=bound_to) if more else None
+            ),
             "total": pipeline["latest_version"],
         }
     )

@@ -18,8 +18,8 @@ from apiserver.runs.query import (
     PAGE_PARAMS,
     TEXT_PARAM,
     Cursor,
-    encode_cursor,
     iso,
+    next_cursor,
     parse_filters,
     parse_page,
     run_item,
@@ -58,22 +58,27 @@ async def _scope(services: Services, identity: Identity) -> Scope:
 
 async def list_runs(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
+    identity = identity_of(request)
     params = query_params(request, FILTER_PARAMS | PAGE_PARAMS)
     filters = parse_filters(params)
-    page = parse_page(params, filters)
-    scope = await _scope(services, identity_of(request))
+    page = parse_page(params, filters, codec=services.cursors, tenant=identity.tenant)
+    scope = await _scope(services, identity)
     result = await services.runs.page(filters, scope, page)
     rows = list(result.rows[: page.limit])
-    next_cursor = None
+    cursor = None
     if len(result.rows) > page.limit:
         last = rows[-1]
-        next_cursor = encode_cursor(
-            Cursor(sort_at=last["sort_at"], id=last["id"]), filters.fingerprint(page.order)
+        cursor = next_cursor(
+            Cursor(sort_at=last["sort_at"], id=last["id"]),
+            filters,
+            page,
+            codec=services.cursors,
+            tenant=identity.tenant,
         )
     return web.json_response(
         {
             "items": [run_item(row) for row in rows],
-            "next_cursor": next_cursor,
+            "next_cursor": cursor,
             "total": result.total,
             "total_capped": result.capped,
         }
