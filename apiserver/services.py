@@ -15,6 +15,7 @@ from apiserver.pipelines.compiler_client import CompilerClient
 from apiserver.runs.pg_runs import RunReader
 from shared import labels as L
 from shared.cursors import CursorCodec, cursor_key
+from shared.db.pipelines import PipelineReader
 
 
 class ClusterConnections(Protocol):
@@ -59,6 +60,11 @@ class Services:
     clock: Callable[[], datetime] = utc_now
     heartbeat_seconds: float = 15.0
     argo_data_instance_id: str = L.DATA_CONTROLLER_INSTANCE_ID
+    # Repositories over ``pool``, built here so that every caller gets the same ones.
+    pipelines: PipelineReader = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pipelines = PipelineReader(self.pool)
 
 
 SERVICES = web.AppKey("services", Services)

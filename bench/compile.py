@@ -40,9 +40,10 @@ from _pipelines import wide_dag  # noqa: E402 - shared with the tests, on the pa
 from compiler.allowlist import check  # noqa: E402
 from compiler.argo_schema import schema_violations  # noqa: E402
 from compiler.compile import StepLimits, compile_wizard  # noqa: E402
-from compiler.definitions import Target, parse_body, render  # noqa: E402
+from compiler.definitions import Target, render  # noqa: E402
 from compiler.stamping import stamp  # noqa: E402
 from compiler.yamldoc import parse_template_yaml  # noqa: E402
+from shared.pipelines import parse_body  # noqa: E402
 
 TENANT = "acme"
 NAMESPACE = "kubeopera-data-acme"

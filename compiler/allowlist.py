@@ -35,12 +35,12 @@ from compiler.stamping import (
     EXECUTOR_SERVICE_ACCOUNT,
     TEMPLATE_SERVICE_ACCOUNTS,
     WORKLOAD_SERVICE_ACCOUNT,
-    PipelineKind,
     reserved_key,
 )
 from shared import labels as L
 from shared import quantity, storage
 from shared.errors import Refused
+from shared.pipelines import PipelineKind
 
 __all__ = ["RULES", "Violation", "check", "raise_if_refused"]
 

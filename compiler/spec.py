@@ -11,7 +11,7 @@ The schema is documented in docs/pipeline-spec.md.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
@@ -28,6 +28,7 @@ from compiler import expressions
 from shared.config import parse_duration
 from shared.errors import Invalid
 from shared.quantity import cpu_millis, memory_bytes
+from shared.validation import field_path
 
 API_VERSION: Final = "pipelines.kubeopera.io/v1"
 MAX_STEPS: Final = 300
@@ -248,14 +249,6 @@ class PipelineSpec(_Model):
 
 
 # --- parsing and cross-field rules --------------------------------------------------------------
-
-
-def field_path(location: Sequence[int | str]) -> str:
-    """A pydantic error location as a field path: ``steps[2].resources.limits.cpu``."""
-    text = ""
-    for part in location:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "spec"
 
 
 def _invalid(errors: list[dict[str, str]]) -> Invalid:

@@ -25,13 +25,12 @@ import copy
 import hashlib
 import re
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import orjson
 
 from shared import labels as L
-
-PipelineKind = Literal["data", "ml"]
+from shared.pipelines import PipelineKind
 
 WORKLOAD_SERVICE_ACCOUNT: Final = "kubeopera-workload"
 EXECUTOR_SERVICE_ACCOUNT: Final = "kubeopera-executor"

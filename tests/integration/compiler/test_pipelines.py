@@ -686,3 +686,32 @@ async def test_a_create_that_loses_the_race_for_its_name_removes_its_template(
     status, answer = await stack.call("POST", "data-pipelines", json=body("same"))
     assert (status, answer["error"]) == (409, "conflict"), answer
     assert stack.templates() == []  # the loser's template did not stay behind
+
+
+MALFORMED_BODIES: list[Any] = [
+    {"name": "", "definition": {"type": "yaml"}},
+    {"name": "x", "definition": {"type": "svn", "url": "svn://x"}},
+    {"name": "x", "definition": {"type": "wizard", "spec": {}}, "colour": "blue"},
+    {"name": "x", "definition": {"type": "yaml", "template": "a"}, "schedule": "0 * * * *"},
+    {"name": "x", "description": 7, "parameters": {"a": [1]}, "definition": None},
+]
+
+
+async def test_the_apiserver_refuses_a_malformed_body_exactly_as_the_compiler_does(
+    stack: Stack,
+) -> None:
+    _, saved = await stack.call("POST", "data-pipelines", json=body())
+    for bad in MALFORMED_BODIES:
+        direct = await stack.internal.post(
+            "/internal/v1/pipelines/data/validate",
+            json={"tenant": "acme", "actor": "alice@acme", "pipeline": bad},
+            headers={"X-Internal-Key": INTERNAL_KEY},
+        )
+        expected = (direct.status, await direct.json())
+        assert expected[0] == 400, expected
+        for method, path in (
+            ("POST", "data-pipelines/validate"),
+            ("POST", "data-pipelines"),
+            ("PUT", f"data-pipelines/{saved['id']}"),
+        ):
+            assert await stack.call(method, path, json=bad) == expected, (method, bad)

@@ -10,9 +10,10 @@ from _pipelines import pipeline, step, wide_dag
 from compiler.allowlist import Violation, check
 from compiler.compile import JQ_IMAGE, StepLimits, compile_wizard
 from compiler.spec import parse_spec
-from compiler.stamping import PipelineKind, stamp
+from compiler.stamping import stamp
 from shared.config import Settings
 from shared.errors import Invalid
+from shared.pipelines import PipelineKind
 
 LIMITS = StepLimits(max_cpu="4", max_memory="8Gi", max_gpu=1)
 
