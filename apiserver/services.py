@@ -11,10 +11,12 @@ import asyncpg
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
+from apiserver.grants.pg_grants import GrantStore
 from apiserver.pipelines.compiler_client import CompilerClient
 from apiserver.runs.pg_runs import RunReader
 from shared import labels as L
 from shared.cursors import CursorCodec, cursor_key
+from shared.db.clusters import ClusterStore
 from shared.db.pipelines import PipelineReader
 
 
@@ -61,9 +63,13 @@ class Services:
     heartbeat_seconds: float = 15.0
     argo_data_instance_id: str = L.DATA_CONTROLLER_INSTANCE_ID
     # Repositories over ``pool``, built here so that every caller gets the same ones.
+    clusters: ClusterStore = field(init=False)
+    grants: GrantStore = field(init=False)
     pipelines: PipelineReader = field(init=False)
 
     def __post_init__(self) -> None:
+        self.clusters = ClusterStore(self.pool)
+        self.grants = GrantStore(self.pool)
         self.pipelines = PipelineReader(self.pool)
 
 

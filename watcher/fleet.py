@@ -20,12 +20,12 @@ from kubernetes_asyncio.client import ApiClient
 
 from shared.argo import ArgoServer
 from shared.clusters import WatchTarget
+from shared.db.clusters import ClusterStore
 from shared.errors import Invalid, WorkflowManagerError
 from shared.logging import get_logger
 from shared.runs import ClusterRef
 from watcher import metrics
 from watcher.k8s_informer import ChangeQueue, InformerOptions, Seen, WorkflowInformer
-from watcher.pg_clusters import ClusterStore
 
 log = get_logger(__name__)
 ClientFactory = Callable[[str], Awaitable[ApiClient]]

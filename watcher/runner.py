@@ -27,6 +27,7 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
 from shared.clusters import plan_targets
 from shared.config import Settings
+from shared.db.clusters import REFRESH_CHANNEL, ClusterStore
 from shared.db.migrations import apply_migrations
 from shared.db.pool import connect, create_pool, database_ready
 from shared.errors import DependencyDown, WorkflowManagerError
@@ -39,11 +40,9 @@ from shared.registry_client import RegistryClient
 from shared.tasks import Supervisor
 from watcher.fleet import Fleet
 from watcher.k8s_informer import ChangeQueue, InformerOptions
-from watcher.pg_clusters import ClusterStore
 from watcher.pg_store import RunStore
 from watcher.writing import RunWriter
 
-REFRESH_CHANNEL = "cluster_refresh"
 RETENTION_PERIOD = 600.0  # seconds between retention passes
 CHANGE_LOG_WINDOW = timedelta(days=1)  # how far back an SSE client can resume
 LEASE_PREFIX = "wm-watcher"

@@ -114,7 +114,7 @@ async def visible_run(request: web.Request) -> tuple[Services, Identity, Row]:
     cluster_id = request.match_info["cluster"]
     namespace = request.match_info["ns"]
     name = request.match_info["name"]
-    if await services.runs.cluster(cluster_id) is None:
+    if await services.clusters.get(cluster_id) is None:
         raise NotFound(f"no cluster {cluster_id!r}", details={"cluster": cluster_id})
     scope = await _scope(services, identity)
     row = await services.runs.find(scope, cluster_id=cluster_id, namespace=namespace, name=name)
