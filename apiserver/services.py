@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -11,6 +11,7 @@ import asyncpg
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
+from apiserver.artifacts.objects import ObjectStore
 from apiserver.grants.pg_grants import GrantStore
 from apiserver.pipelines.compiler_client import CompilerClient
 from apiserver.runs.pg_runs import RunReader
@@ -26,21 +27,6 @@ class ClusterConnections(Protocol):
     async def api(self, cluster_id: str) -> ApiClient: ...
 
     async def invalidate(self) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class StoredObject:
-    """An object being read from object storage: its metadata and a chunk iterator."""
-
-    content_type: str
-    length: int
-    chunks: AsyncIterator[bytes]
-
-
-class ObjectStore(Protocol):
-    """Read access to object storage (``apiserver.artifacts.s3_store``)."""
-
-    async def open(self, bucket: str, key: str) -> StoredObject: ...
 
 
 def utc_now() -> datetime:

@@ -11,7 +11,7 @@ from typing import Any, TypeAlias
 
 import asyncpg
 
-from apiserver.auth import Identity, Scope
+from apiserver.auth import Identity
 from apiserver.grants.pg_grants import GrantStore
 from apiserver.runs.query import (
     COUNT_CAP,
@@ -23,6 +23,7 @@ from apiserver.runs.query import (
     list_query,
     summary_query,
 )
+from apiserver.scope import Scope
 from shared.db.pool import translate_db_errors
 
 # asyncpg ships no types; a Record reads like a mapping of column name to value.

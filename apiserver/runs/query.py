@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
-from apiserver.auth import ACTING_TENANT_PARAM, Scope
+from apiserver.scope import Scope
 from shared import cursors
 from shared.errors import Invalid
 from shared.runs import RunPhase, RunSource
@@ -199,24 +199,9 @@ def _single(parameter: str, raw: Sequence[str]) -> str:
     return raw[0]
 
 
-def group_params(items: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
-    """Query items (repeated keys allowed) as name -> values, in order."""
-    grouped: dict[str, list[str]] = {}
-    for key, value in items:
-        grouped.setdefault(key, []).append(value)
-    return grouped
-
-
-def check_known(params: Mapping[str, Sequence[str]], allowed: Iterable[str]) -> None:
-    """Raise Invalid naming the first parameter the route does not take."""
-    known = {*allowed, ACTING_TENANT_PARAM}
-    for name in params:
-        if name not in known:
-            raise _bad(name, "unknown query parameter")
-
-
 def parse_filters(params: Mapping[str, Sequence[str]]) -> RunFilters:
-    """The filters among ``params`` (other names are ignored here; see ``check_known``)."""
+    """The filters among ``params`` (other names are ignored here; ``apiserver.params``
+    refuses names a route does not take)."""
     values: dict[str, Any] = {}
     for parameter, attribute in LIST_FILTERS.items():
         if parameter in params:

@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from apiserver.auth import Identity, Permission, Scope, identity_of
+from apiserver.auth import Identity, Permission, identity_of
 from apiserver.params import query_params
 from apiserver.routing import API_PREFIX, Param, RouteSpec
 from apiserver.runs.pg_runs import Row, action_item
@@ -24,6 +24,7 @@ from apiserver.runs.query import (
     parse_page,
     run_item,
 )
+from apiserver.scope import Scope
 from apiserver.services import SERVICES, Services
 from shared.errors import NotFound
 from shared.runs import RunPhase

@@ -21,8 +21,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from apiserver.auth import Scope
 from apiserver.runs.query import RunFilters, matches, run_item
+from apiserver.scope import Scope
 from apiserver.stream.fanout import Recent, Routing, narrow_tenant
 from apiserver.stream.scopes import ScopeCache
 from apiserver.stream.sse import frame

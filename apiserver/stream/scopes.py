@@ -9,7 +9,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from apiserver.auth import Identity, Scope
+from apiserver.auth import Identity
+from apiserver.scope import Scope
 
 ScopeLoader = Callable[[Identity], Awaitable[Scope]]
 

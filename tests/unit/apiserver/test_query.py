@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apiserver.auth import Scope
 from apiserver.runs.query import (
     MAX_LIMIT,
     Cursor,
@@ -22,6 +21,7 @@ from apiserver.runs.query import (
     parse_page,
     summary_query,
 )
+from apiserver.scope import Scope
 from shared.cursors import CursorCodec
 from shared.errors import Invalid
 
