@@ -256,11 +256,17 @@ spec:
   entrypoint: main
   serviceAccountName: argo-server
   hostNetwork: true
+  artifactRepositoryRef: {configMap: artifact-repositories, key: platform}
+  podMetadata:
+    labels: {kubeopera.io/tenant: someone-else}
+    annotations: {container.apparmor.security.beta.kubernetes.io/main: unconfined}
   templates:
     - name: main
       container:
         image: alpine:3.20
         securityContext: {privileged: true}
+        resources: {limits: {cpu: "64", nvidia.com/gpu: "8"}}
+        env: [{name: TOKEN, valueFrom: {secretKeyRef: {name: argo-server-token, key: token}}}]
       volumes: [{name: root, hostPath: {path: /}}]
 """
 
@@ -289,8 +295,10 @@ async def pipelines_showcase() -> None:
             refused = await answer.json()
         violations = refused.get("details", {}).get("violations", [])
         log(f"POST /api/v1/data-pipelines/validate (hostile YAML) → {answer.status}:")
-        for violation in violations[:6]:
+        for violation in violations[:12]:
             log(f"    {violation['path']}: {violation['message']}")
+        if len(violations) > 12:
+            log(f"    … and {len(violations) - 12} more")
         async with http.post(
             f"{base}/{pipeline}/run", json={"parameters": {"day": "2026-12-02"}}
         ) as answer:
