@@ -1,8 +1,9 @@
 """Who is calling: the shared key, the identity headers kubeopera-api forwards, and the scope
 of runs that identity may see (docs/api.md, "Authentication and identity").
 
-``identity_from`` and ``Scope`` are purely computational; ``auth_middleware`` applies them to
-every request before any handler runs, with the access each route declares (``Access``).
+``identity_from`` and ``Scope`` (``apiserver.scope``) are purely computational;
+``auth_middleware`` applies them to every request before any handler runs, with the access each
+route declares (``Access``).
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from __future__ import annotations
 import hmac
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from apiserver.scope import Scope
 from shared.errors import Forbidden, Invalid, Unauthorized
 from shared.logging import bind
 from shared.web import header_bytes, is_text
@@ -52,30 +54,6 @@ class Special(StrEnum):
 
 
 Access = Permission | Special
-
-
-@dataclass(frozen=True, slots=True)
-class Scope:
-    """Which runs a request may see. ``tenant`` None: every run (an administrator).
-
-    ``grants`` are the (cluster_id, namespace) pairs access grants add to the tenant's own.
-    """
-
-    tenant: str | None
-    grants: frozenset[tuple[str, str]] = field(default_factory=frozenset)
-
-    @property
-    def everything(self) -> bool:
-        return self.tenant is None
-
-    def allows(self, *, tenant: str | None, cluster_id: str, namespace: str) -> bool:
-        """Whether a run with these coordinates is visible. Purely computational."""
-        if self.tenant is None:
-            return True
-        return tenant == self.tenant or (cluster_id, namespace) in self.grants
-
-    def with_grants(self, grants: frozenset[tuple[str, str]]) -> Scope:
-        return Scope(self.tenant, grants)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote_plus, unquote_to_bytes
 
 from aiohttp import web
 
-from apiserver.runs.query import check_known, group_params
+from apiserver.auth import ACTING_TENANT_PARAM
 from shared.errors import Invalid
 from shared.web import is_text, json_body
 
@@ -35,6 +36,22 @@ def check_encoding(raw_query: str) -> None:
             if problem is not None:
                 name = unquote_plus(raw_name)[:253]
                 raise Invalid(f"{name}: {problem}", details={"parameter": name})
+
+
+def group_params(items: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """Query items (repeated keys allowed) as name -> values, in order."""
+    grouped: dict[str, list[str]] = {}
+    for key, value in items:
+        grouped.setdefault(key, []).append(value)
+    return grouped
+
+
+def check_known(params: Mapping[str, Sequence[str]], allowed: Iterable[str]) -> None:
+    """Raise Invalid naming the first parameter the route does not take."""
+    known = {*allowed, ACTING_TENANT_PARAM}
+    for name in params:
+        if name not in known:
+            raise Invalid(f"{name}: unknown query parameter", details={"parameter": name})
 
 
 def query_params(request: web.Request, allowed: frozenset[str] | set[str]) -> dict[str, list[str]]:

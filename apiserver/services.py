@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -11,8 +11,14 @@ import asyncpg
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
+from apiserver.artifacts.objects import ObjectStore
+from apiserver.grants.pg_grants import GrantStore
 from apiserver.pipelines.compiler_client import CompilerClient
 from apiserver.runs.pg_runs import RunReader
+from shared import labels as L
+from shared.cursors import CursorCodec, cursor_key
+from shared.db.clusters import ClusterStore
+from shared.db.pipelines import PipelineReader
 
 
 class ClusterConnections(Protocol):
@@ -21,21 +27,6 @@ class ClusterConnections(Protocol):
     async def api(self, cluster_id: str) -> ApiClient: ...
 
     async def invalidate(self) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class StoredObject:
-    """An object being read from object storage: its metadata and a chunk iterator."""
-
-    content_type: str
-    length: int
-    chunks: AsyncIterator[bytes]
-
-
-class ObjectStore(Protocol):
-    """Read access to object storage (``apiserver.artifacts.s3_store``)."""
-
-    async def open(self, bucket: str, key: str) -> StoredObject: ...
 
 
 def utc_now() -> datetime:
@@ -51,8 +42,21 @@ class Services:
     artifact_bucket: str | None
     argo_data_server_url: str
     compiler: CompilerClient | None = None
+    # Signs every list's cursors. The runner derives it from API_KEY, which all replicas share;
+    # left out (tests), a random key good for this process only.
+    cursors: CursorCodec = field(default_factory=lambda: CursorCodec(cursor_key(None)))
     clock: Callable[[], datetime] = utc_now
     heartbeat_seconds: float = 15.0
+    argo_data_instance_id: str = L.DATA_CONTROLLER_INSTANCE_ID
+    # Repositories over ``pool``, built here so that every caller gets the same ones.
+    clusters: ClusterStore = field(init=False)
+    grants: GrantStore = field(init=False)
+    pipelines: PipelineReader = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.clusters = ClusterStore(self.pool)
+        self.grants = GrantStore(self.pool)
+        self.pipelines = PipelineReader(self.pool)
 
 
 SERVICES = web.AppKey("services", Services)

@@ -40,13 +40,15 @@ from _pipelines import wide_dag  # noqa: E402 - shared with the tests, on the pa
 from compiler.allowlist import check  # noqa: E402
 from compiler.argo_schema import schema_violations  # noqa: E402
 from compiler.compile import StepLimits, compile_wizard  # noqa: E402
-from compiler.definitions import Target, parse_body, render  # noqa: E402
+from compiler.definitions import Target, render  # noqa: E402
 from compiler.stamping import stamp  # noqa: E402
 from compiler.yamldoc import parse_template_yaml  # noqa: E402
+from shared.pipelines import parse_body  # noqa: E402
 
 TENANT = "acme"
 NAMESPACE = "kubeopera-data-acme"
 LIMITS = StepLimits(max_cpu="4", max_memory="8Gi")
+DATA_SECRETS = frozenset({"warehouse"})  # the one data secret wide_dag's steps read
 
 
 def timings(action: Callable[[], Any], rounds: int) -> list[float]:
@@ -95,7 +97,9 @@ def main() -> None:
             namespace=NAMESPACE,
             tenant=TENANT,
             artifact_bucket="kubeopera-artifacts",
-            artifact_prefix="tenants/acme/",
+            kind="data",
+            limits=LIMITS,
+            data_secrets=DATA_SECRETS,
         )
 
     body = parse_body({"name": "bench", "definition": {"type": "wizard", "spec": spec}})
@@ -106,6 +110,7 @@ def main() -> None:
         kind="data",
         limits=LIMITS,
         artifact_bucket="kubeopera-artifacts",
+        data_secrets=DATA_SECRETS,
     )
 
     def whole() -> None:

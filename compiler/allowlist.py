@@ -11,24 +11,36 @@ reason for it is listed in docs/security.md.
 
 The checker runs on the stamped document (``compiler.stamping``): it accepts exactly the
 identity stamping gives (the workload account, the executor account, no mounted token) and the
-platform's Spark and training accounts on templates, and nothing else.
+platform's Spark and training accounts on templates, and nothing else. Anything the platform
+itself must add that a tenant may not write (a reference to one of its own Secrets, say) is added
+after the check, never before: the check would refuse it, rightly.
+
+Besides the document, the check takes what it is judged against: the tenant (its namespace and
+its ``artifacts/`` prefix of ``artifact_bucket``), the pipeline's kind and the largest step
+(``limits``: ``DATA_MAX_CPU``, ``DATA_MAX_MEMORY``, ``ML_MAX_GPU``), and ``data_secrets``, the
+names of the Secrets the tenant may reference.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Final
 
 from compiler import podrules as P
-from compiler.podrules import RULES, Walk
+from compiler.compile import GPU_RESOURCE, StepLimits
+from compiler.podrules import RULES, Ceiling, Walk
 from compiler.stamping import (
     EXECUTOR_SERVICE_ACCOUNT,
     TEMPLATE_SERVICE_ACCOUNTS,
     WORKLOAD_SERVICE_ACCOUNT,
+    reserved_key,
 )
 from shared import labels as L
+from shared import quantity, storage
 from shared.errors import Refused
+from shared.pipelines import PipelineKind
 
 __all__ = ["RULES", "Violation", "check", "raise_if_refused"]
 
@@ -77,6 +89,8 @@ _REFUSED_POD_FIELDS: Final[Mapping[str, str]] = {
     "podDisruptionBudget": "scheduling",
     "workflowTemplateRef": "workflow_template_ref",
 }
+# The labels stamping writes on spec.workflowMetadata (``stamping.identity_labels``).
+_IDENTITY_LABELS: Final = frozenset({L.PIPELINE_ID, L.PIPELINE_VERSION, L.PIPELINE_KIND})
 _REFUSED_TEMPLATE_KINDS: Final[Mapping[str, str]] = {
     "resource": "resource_template",
     "http": "http_template",
@@ -112,17 +126,45 @@ def check(
     namespace: str,
     tenant: str,
     artifact_bucket: str,
-    artifact_prefix: str,
+    kind: PipelineKind,
+    limits: StepLimits,
+    data_secrets: frozenset[str],
     service_account: str = WORKLOAD_SERVICE_ACCOUNT,
     executor_service_account: str = EXECUTOR_SERVICE_ACCOUNT,
 ) -> list[Violation]:
-    """Every violation of the allowlist in ``template`` (empty: accepted), in document order."""
+    """Every violation of the allowlist in ``template`` (empty: accepted), in document order.
+
+    ``data_secrets``: the names of the Secrets the tenant created through workflow-manager,
+    the only ones a template may reference (no such Secret exists yet: the set is empty).
+    """
     if namespace != f"{L.DATA_NAMESPACE_PREFIX}{tenant}":
         raise ValueError("a pipeline template is checked against its tenant's data namespace")
-    prefix = artifact_prefix if artifact_prefix.endswith("/") else f"{artifact_prefix}/"
-    walk = Walk(namespace=namespace, artifact_bucket=artifact_bucket, artifact_prefix=prefix)
+    walk = Walk(
+        namespace=namespace,
+        artifact_bucket=artifact_bucket,
+        artifact_prefix=storage.tenant_artifacts(tenant),
+        data_secrets=frozenset(data_secrets),
+        ceilings=ceilings(limits, kind),
+    )
     _Checker(walk, service_account, executor_service_account).document(template)
     return [Violation(path, rule, message) for (path, rule), message in walk.found.items()]
+
+
+def ceilings(limits: StepLimits, kind: PipelineKind) -> dict[str, Ceiling]:
+    """The most of each resource one container may ask for, named by its setting."""
+    gpus = limits.max_gpu if kind == L.PIPELINE_KIND_ML else 0
+    return {
+        "cpu": Ceiling(quantity.parse(limits.max_cpu), f"DATA_MAX_CPU ({limits.max_cpu})"),
+        "memory": Ceiling(
+            quantity.parse(limits.max_memory), f"DATA_MAX_MEMORY ({limits.max_memory})"
+        ),
+        GPU_RESOURCE: Ceiling(
+            Decimal(gpus),
+            f"ML_MAX_GPU ({gpus})"
+            if kind == L.PIPELINE_KIND_ML
+            else "the 0 GPUs of a data pipeline (GPUs are for ML pipelines, up to ML_MAX_GPU)",
+        ),
+    }
 
 
 class _Checker:
@@ -185,22 +227,15 @@ class _Checker:
             P.pod_security(w, spec["securityContext"], "spec.securityContext")
         self.arguments(spec.get("arguments"), "spec.arguments")
         self.hooks(spec.get("hooks"), "spec.hooks")
-        reference = w.mapping(spec.get("artifactRepositoryRef"), "spec.artifactRepositoryRef")
-        if reference is not None and reference.get("configMap", "artifact-repositories") != (
-            "artifact-repositories"
-        ):
-            w.add(
-                "spec.artifactRepositoryRef.configMap",
-                "artifact_repository_ref",
-                RULES["artifact_repository_ref"],
-            )
+        reference = spec.get("artifactRepositoryRef")
+        P.artifact_repository_ref(w, reference, "spec.artifactRepositoryRef")
         P.artifact_gc(w, spec.get("artifactGC"), "spec.artifactGC")
         P.pod_metadata(w, spec.get("podMetadata"), "spec.podMetadata")
         self.workflow_metadata(spec.get("workflowMetadata"), labels)
         if "templateDefaults" in spec:
             self.template(spec["templateDefaults"], "spec.templateDefaults", 0)
         for index, template in enumerate(w.items(spec.get("templates"), "spec.templates")):
-            self.template(template, f"spec.templates[{index}]", 0)
+            self.template(template, f"spec.templates[{index}]", 0, runs_as=True)
 
     def workflow_metadata(self, value: object, labels: Mapping[str, Any]) -> None:
         w = self.w
@@ -212,23 +247,33 @@ class _Checker:
         )
         own = w.mapping(metadata.get("labels"), "spec.workflowMetadata.labels") or {}
         for key, label in own.items():
-            path = w.join("spec.workflowMetadata.labels", key)
             # Ours are accepted only as stamping sets them: equal to the template's own.
-            controller = str(key).startswith(L.ARGO_PREFIX)
-            forged = str(key).startswith(L.KUBEOPERA_PREFIX) and labels.get(key) != label
-            if controller or forged:
+            stamped = key in _IDENTITY_LABELS and labels.get(key) == label
+            if reserved_key(key) and not stamped:
+                path = w.join("spec.workflowMetadata.labels", key)
                 w.add(path, "reserved_label", RULES["reserved_label"])
         from_labels = w.mapping(metadata.get("labelsFrom"), "spec.workflowMetadata.labelsFrom")
         for key in from_labels or {}:
-            if str(key).startswith((L.ARGO_PREFIX, L.KUBEOPERA_PREFIX)):
+            if reserved_key(key):
                 w.add(
                     w.join("spec.workflowMetadata.labelsFrom", key),
                     "reserved_label",
                     RULES["reserved_label"],
                 )
+        # On the Workflow object, not its pods: only the reserved domains matter there.
+        annotations = w.mapping(metadata.get("annotations"), "spec.workflowMetadata.annotations")
+        for key in annotations or {}:
+            if reserved_key(key):
+                w.add(
+                    w.join("spec.workflowMetadata.annotations", key),
+                    "reserved_annotation",
+                    RULES["reserved_annotation"],
+                )
 
     # --- templates and their steps -------------------------------------------------------------
-    def template(self, value: object, path: str, depth: int) -> None:
+    def template(self, value: object, path: str, depth: int, *, runs_as: bool = False) -> None:
+        """One template; ``runs_as``: one of ``spec.templates``, where stamping reads
+        ``kubeopera.io/runs-as`` (templateDefaults and inline templates are not)."""
         w = self.w
         template = w.mapping(value, path)
         if template is None:
@@ -277,7 +322,7 @@ class _Checker:
             P.volume(w, volume, f"{path}.volumes[{index}]")
         if "securityContext" in template:
             P.pod_security(w, template["securityContext"], f"{path}.securityContext")
-        P.pod_metadata(w, template.get("metadata"), f"{path}.metadata")
+        P.pod_metadata(w, template.get("metadata"), f"{path}.metadata", runs_as=runs_as)
         self.io(template.get("inputs"), f"{path}.inputs")
         self.io(template.get("outputs"), f"{path}.outputs")
         if "archiveLocation" in template:

@@ -34,17 +34,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from compiler import expressions
-from compiler.spec import (
-    PipelineSpec,
-    Step,
-    cpu_millis,
-    memory_bytes,
-    parameter_value,
-    parse_spec,
-    upstream,
-)
-from compiler.stamping import RUNS_AS_ANNOTATION, PipelineKind, identity_labels, template_name
+from compiler.spec import PipelineSpec, Step, parameter_value, parse_spec, upstream
+from compiler.stamping import RUNS_AS_ANNOTATION, identity_labels, template_name
 from shared.errors import Invalid
+from shared.pipelines import PipelineKind
+from shared.quantity import cpu_millis, memory_bytes
 
 if TYPE_CHECKING:
     from shared.config import Settings

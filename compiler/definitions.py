@@ -1,8 +1,8 @@
-"""What a tenant saves, and the checked WorkflowTemplate it becomes. Purely computational.
+"""The checked WorkflowTemplate a tenant's pipeline becomes. Purely computational.
 
-A save, an update and a validate all carry the same body (docs/api.md, "Pipelines"):
-``{"name", "description", "parameters", "definition", "schedule", "triggers",
-"notifications"}``. ``render`` turns it into the stamped template that will be applied:
+A save, an update and a validate all carry the same body, parsed by ``shared.pipelines``
+(``parse_body``; the apiserver checks it with the same model before forwarding).
+``render`` turns it into the stamped template that will be applied:
 
 1. the definition gives an unstamped WorkflowTemplate: a wizard specification is compiled
    (``compiler.compile``), YAML is parsed with hard limits (``compiler.yamldoc``); a Git
@@ -11,7 +11,12 @@ A save, an update and a validate all carry the same body (docs/api.md, "Pipeline
    template declares; naming one it does not declare is an error, not a silent no-op;
 3. ``compiler.stamping`` gives it our identity, namespace, labels and service accounts;
 4. the allowlist (``compiler.allowlist``) and Argo's schema (``compiler.argo_schema``) judge the
-   stamped document together, so a refusal lists every violation of both at once (422).
+   stamped document together, so a refusal lists every violation of both at once (422). The
+   allowlist judges it against the target: the tenant, the kind, the largest step and the
+   tenant's data secrets. Whatever the platform must add that a tenant may not write (a
+   reference to one of its own Secrets) would come after this step; nothing does today: the
+   executor's token and the artifact repository's credentials are found by Argo at run time,
+   through the executor's service account and the namespace's repository ConfigMap.
 
 Argo's own lint, the third opinion, needs the Argo server and is called by the service
 (``compiler.pipelines``). ``run_arguments`` checks a run's parameter overrides against what the
@@ -23,84 +28,22 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Any, Final
 
 from compiler import allowlist, argo_schema
 from compiler.compile import StepLimits, compile_wizard
-from compiler.spec import field_path, parameter_value
-from compiler.stamping import PipelineKind, stamp
+from compiler.spec import parameter_value
+from compiler.stamping import stamp
 from compiler.yamldoc import parse_template_yaml
 from shared import labels as L
-from shared import storage
 from shared.errors import Invalid
-
-MAX_YAML: Final = 512 * 1024
-_NAME: Final = r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,99}$"
-_PARAM_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,62}$")
-
-ParameterValue = str | int | float | bool
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class WizardDefinition(_Model):
-    type: Literal["wizard"]
-    spec: dict[str, Any]
-
-
-class YamlDefinition(_Model):
-    type: Literal["yaml"]
-    template: Annotated[str, Field(min_length=1, max_length=MAX_YAML)]
-
-
-class GitDefinition(_Model):
-    type: Literal["git"]
-    repository: Annotated[str, Field(min_length=1, max_length=2048)]
-    branch: Annotated[str, Field(min_length=1, max_length=255)] = "main"
-    path: Annotated[str, Field(min_length=1, max_length=1024)]
-    credentials_secret: str | None = None
-
-
-Definition = Annotated[
-    WizardDefinition | YamlDefinition | GitDefinition, Field(discriminator="type")
-]
-
-
-class PipelineBody(_Model):
-    """The body of create, update and validate."""
-
-    name: Annotated[str, Field(pattern=_NAME)]
-    description: Annotated[str, Field(max_length=2000)] = ""
-    parameters: dict[str, ParameterValue] = {}
-    definition: Definition
-    schedule: Any = None
-    triggers: Any = None
-    notifications: Any = None
-
-
-def parse_body(data: object) -> PipelineBody:
-    """The validated body; ``Invalid`` names every offending field."""
-    try:
-        body = PipelineBody.model_validate(data)
-    except ValidationError as exc:
-        errors = [
-            {"field": field_path(error["loc"]), "message": error["msg"]} for error in exc.errors()
-        ]
-        summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
-        raise Invalid(f"the pipeline is invalid: {summary}", details={"errors": errors}) from exc
-    # Schedules, event triggers and notifications become CronWorkflows, sensors and deliveries
-    # with their own issues; accepting them now would promise runs that never happen.
-    for name in ("schedule", "triggers", "notifications"):
-        if getattr(body, name) not in (None, [], {}):
-            raise Invalid(
-                f"{name}: not available yet on this installation",
-                details={"errors": [{"field": name, "message": "not available yet"}]},
-            )
-    return body
+from shared.pipelines import (
+    ParameterValue,
+    PipelineBody,
+    PipelineKind,
+    WizardDefinition,
+    YamlDefinition,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,14 +56,13 @@ class Target:
     kind: PipelineKind
     limits: StepLimits
     artifact_bucket: str
+    # The Secrets the tenant created through workflow-manager, the only ones a template may
+    # reference; data secrets do not exist yet, so none may.
+    data_secrets: frozenset[str] = frozenset()
 
     @property
     def namespace(self) -> str:
         return f"{L.DATA_NAMESPACE_PREFIX}{self.tenant}"
-
-    @property
-    def artifact_prefix(self) -> str:
-        return storage.tenant_prefix(self.tenant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +112,9 @@ def render(body: PipelineBody, target: Target) -> Rendered:
         namespace=target.namespace,
         tenant=target.tenant,
         artifact_bucket=target.artifact_bucket,
-        artifact_prefix=target.artifact_prefix,
+        kind=target.kind,
+        limits=target.limits,
+        data_secrets=target.data_secrets,
     )
     if not violations:  # a refused document is not worth a schema opinion
         violations += argo_schema.schema_violations(stamped)

@@ -1,16 +1,16 @@
 """Whether a live object has left what we applied, and the body that puts it back.
 
-Purely computational. ``compiler.k8s_objects.KubeObjects.apply`` uses both for every object it
+Purely computational. ``compiler.k8s_objects.KubeObjects.apply`` uses them for every object it
 converges: tenant namespaces' contents (``compiler.provisioning``) and pipeline templates.
 """
 
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
 from typing import Any, Final
+
+from shared import quantity
 
 # Fields compared whole when present in the desired object (metadata is compared key by key).
 OWNED_FIELDS: Final = (
@@ -22,43 +22,15 @@ OWNED_FIELDS: Final = (
     "automountServiceAccountToken",
     "type",
 )
+# Fields the API server never changes in place, by kind: an object that must have another value
+# there is deleted and created again (a RoleBinding's roleRef: Kubernetes refuses the update).
+IMMUTABLE_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
+    "RoleBinding": ("roleRef",),
+    "ClusterRoleBinding": ("roleRef",),
+}
 # Metadata the server owns; never sent back on replace (managedFields omitted is kept as is).
 _SERVER_METADATA: Final = frozenset({"managedFields"})
 _QUANTITY_KINDS: Final = frozenset({"ResourceQuota", "LimitRange"})
-_QUANTITY: Final = re.compile(
-    r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$"
-)
-_SUFFIXES: Final[Mapping[str, Decimal]] = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-}
-_BINARY: Final[Mapping[str, Decimal]] = {
-    f"{prefix}i": Decimal(2 ** (10 * (i + 1))) for i, prefix in enumerate("KMGTPE")
-}
-
-
-def quantity_value(text: str) -> Decimal | None:
-    """The number a Kubernetes quantity stands for ('1Gi', '500m', '2e3'), or None."""
-    match = _QUANTITY.match(text.strip())
-    if not match:
-        return None
-    number, exponent, suffix = match.groups()
-    try:
-        value = Decimal(number)
-        if exponent:
-            return value.scaleb(int(exponent[1:]))
-    except (InvalidOperation, ValueError):
-        return None
-    if suffix:
-        return value * (_BINARY.get(suffix) or _SUFFIXES[suffix])
-    return value
 
 
 def _same(desired: Any, live: Any, *, quantities: bool) -> bool:
@@ -76,7 +48,7 @@ def _same(desired: Any, live: Any, *, quantities: bool) -> bool:
         )
     if quantities and isinstance(desired, str) and isinstance(live, str) and desired != live:
         # The API server stores quantities in canonical form ("0.5" comes back as "500m").
-        ours, theirs = quantity_value(desired), quantity_value(live)
+        ours, theirs = quantity.parse_or_none(desired), quantity.parse_or_none(live)
         return ours is not None and ours == theirs
     return bool(desired == live) and type(desired) is type(live)
 
@@ -98,6 +70,15 @@ def drifted(desired: Mapping[str, Any], live: Mapping[str, Any]) -> bool:
         not _same(desired[field], live.get(field), quantities=quantities)
         for field in OWNED_FIELDS
         if field in desired
+    )
+
+
+def recreated(desired: Mapping[str, Any], live: Mapping[str, Any]) -> bool:
+    """Whether ``live`` can only be converged to ``desired`` by deleting it and creating it
+    again: a field of ``IMMUTABLE_FIELDS`` differs. Purely computational."""
+    return any(
+        field in desired and not _same(desired[field], live.get(field), quantities=False)
+        for field in IMMUTABLE_FIELDS.get(str(desired.get("kind")), ())
     )
 
 

@@ -22,8 +22,8 @@ from typing import Any, Final, cast
 from aiohttp import web
 
 from compiler.pipelines import Caller, PipelineService
-from compiler.stamping import PipelineKind
 from shared.errors import Invalid, NotFound
+from shared.pipelines import PipelineKind
 from shared.web import error_middleware, json_body, key_middleware, request_id_header
 
 INTERNAL_KEY_HEADER: Final = "X-Internal-Key"

@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 
 from kubernetes_asyncio.client import ApiClient
 
-from compiler.drift import drifted, replacement
+from compiler.drift import drifted, recreated, replacement
 from shared.errors import Conflict, NotFound
 from shared.k8s import translating
 
@@ -199,7 +199,9 @@ class KubeObjects:
 
     async def apply(self, obj: Mapping[str, Any]) -> ApplyOutcome:
         """Converge the live object to ``obj``: create it when missing, replace it when it has
-        ``drifted`` (keeping what others added), leave it alone otherwise.
+        ``drifted`` (keeping what others added), delete and create it again when the change is
+        to a field the API server never changes in place (``recreated``: a binding's roleRef,
+        which is then briefly absent), leave it alone otherwise.
 
         A 409 (someone created or changed it between our read and our write) is retried once
         from a fresh read; a second one is raised, for the next reconcile pass to settle.
@@ -217,5 +219,9 @@ class KubeObjects:
             return "created"
         if not drifted(obj, live):
             return "unchanged"
+        if recreated(obj, live):
+            await self.delete(api_version, kind, namespace, name)
+            await self.create(obj)
+            return "updated"
         await self.replace(replacement(obj, live))
         return "updated"

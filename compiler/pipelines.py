@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -24,14 +24,14 @@ import asyncpg
 
 from compiler import definitions
 from compiler.compile import StepLimits
-from compiler.definitions import PipelineBody, Rendered, Target
-from compiler.pg_pipelines import PipelineRow, PipelineStore, VersionRow
-from compiler.stamping import PipelineKind, identity_labels, template_name
+from compiler.definitions import Rendered, Target
+from compiler.stamping import identity_labels, template_name
 from shared import labels as L
 from shared.db.audit import record_action
-from shared.db.pool import translate_db_errors
+from shared.db.pipelines import PipelineRow, PipelineStore, VersionRow
 from shared.errors import Conflict, DependencyDown, Invalid, NotFound, Refused
 from shared.logging import get_logger
+from shared.pipelines import PipelineBody, PipelineKind, parse_body
 
 log = get_logger(__name__)
 
@@ -101,12 +101,14 @@ class PipelineService:
         tenants: Tenants,
         lint: Lint | None,
         limits: Limits,
+        instance_id: str,
     ) -> None:
         self._pool = pool
         self._objects = objects
         self._tenants = tenants
         self._lint = lint
         self._limits = limits
+        self._instance_id = instance_id  # the data controller's (ARGO_DATA_INSTANCE_ID)
 
     # --- rendering ---------------------------------------------------------------------------
     def _target(self, caller: Caller, kind: PipelineKind, pipeline_id: str, version: int) -> Target:
@@ -117,6 +119,8 @@ class PipelineService:
             kind=kind,
             limits=self._limits.step_limits(kind),
             artifact_bucket=self._limits.artifact_bucket,
+            # Data secrets are not available yet: a tenant has none a template may reference.
+            data_secrets=frozenset(),
         )
 
     async def _checked(self, body: PipelineBody, target: Target) -> Rendered:
@@ -145,19 +149,16 @@ class PipelineService:
 
     async def validate(self, caller: Caller, kind: PipelineKind, data: object) -> dict[str, Any]:
         """Render, check and lint without saving (the id is a placeholder)."""
-        body = definitions.parse_body(data)
+        body = parse_body(data)
         rendered = await self._checked(body, self._target(caller, kind, "validate", 1))
         return {"valid": True, "template": rendered.template, "warnings": rendered.warnings}
 
     # --- saving ------------------------------------------------------------------------------
-    @contextlib.asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[PipelineStore]:
-        with translate_db_errors():
-            async with self._pool.acquire() as conn, conn.transaction():
-                yield PipelineStore(conn)
+    def _transaction(self) -> contextlib.AbstractAsyncContextManager[PipelineStore]:
+        return PipelineStore.transaction(self._pool)
 
     async def create(self, caller: Caller, kind: PipelineKind, data: object) -> dict[str, Any]:
-        body = definitions.parse_body(data)
+        body = parse_body(data)
         pipeline_id = new_pipeline_id()
         rendered = await self._checked(body, self._target(caller, kind, pipeline_id, 1))
         await self._tenants.ensure(caller.tenant)
@@ -178,17 +179,14 @@ class PipelineService:
                     definition_type=body.definition.type,
                     actor=caller.actor,
                 )
-            except asyncpg.UniqueViolationError:
+            except Conflict:
                 # Another save of that name won the race after our check: the template we just
                 # applied belongs to no pipeline, so it goes again.
                 metadata = rendered.template["metadata"]
                 await self._objects.delete(
                     ARGO_API_VERSION, TEMPLATE_KIND, metadata["namespace"], metadata["name"]
                 )
-                raise Conflict(
-                    f"a {kind} pipeline named {body.name!r} exists already",
-                    details={"name": body.name},
-                ) from None
+                raise
             await self._record(store, pipeline_id, 1, body, rendered, caller)
         log.info("pipeline_created", pipeline=pipeline_id, tenant=caller.tenant, kind=kind)
         return self._saved(pipeline_id, 1, rendered)
@@ -196,7 +194,7 @@ class PipelineService:
     async def update(
         self, caller: Caller, kind: PipelineKind, pipeline_id: str, data: object
     ) -> dict[str, Any]:
-        body = definitions.parse_body(data)
+        body = parse_body(data)
         await self._tenants.ensure(caller.tenant)
         async with self._transaction() as store:
             pipeline = await self._locked(store, caller, kind, pipeline_id)
@@ -328,7 +326,9 @@ class PipelineService:
             raise Conflict("the pipeline's current version is missing", details={"id": pipeline_id})
         arguments = definitions.run_arguments(version.parameters, dict(overrides))
         await self._tenants.ensure(caller.tenant)
-        workflow = run_manifest(pipeline, version, arguments, actor=caller.actor)
+        workflow = run_manifest(
+            pipeline, version, arguments, actor=caller.actor, instance_id=self._instance_id
+        )
         namespace = workflow["metadata"]["namespace"]
         parameters = {item["name"]: item["value"] for item in arguments}
         try:
@@ -383,10 +383,14 @@ def run_manifest(
     arguments: list[dict[str, str]],
     *,
     actor: str,
+    instance_id: str,
 ) -> dict[str, Any]:
     """The Workflow a run creates: a reference to the version's template and nothing else the
-    tenant could not set themselves (the controller runs only template references)."""
+    tenant could not set themselves (the controller runs only template references), labelled
+    with the data controller's instance ID: without it the CI/CD controller, which runs any
+    workflow, would take it, and the data controller would never see it."""
     labels = identity_labels(pipeline_id=pipeline.id, version=version.version, kind=pipeline.kind)
+    labels[L.ARGO_CONTROLLER_INSTANCE_ID] = instance_id
     spec: dict[str, Any] = {"workflowTemplateRef": {"name": version.template_name}}
     if arguments:
         spec["arguments"] = {"parameters": arguments}

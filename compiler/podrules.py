@@ -1,5 +1,6 @@
-"""The allowlist's rules for what ends up in a pod: containers, volumes, security contexts and
-artifact locations, plus the walk state they report into (``compiler.allowlist`` drives them).
+"""The allowlist's rules for what ends up in a pod: containers, their resources and the Secrets
+they reach, volumes, security contexts, pod metadata and artifact locations, plus the walk state
+they report into (``compiler.allowlist`` drives them).
 
 Purely computational, no side effects. Each function takes the raw value at a path, reports
 what it refuses into ``Walk`` and never raises: a value of the wrong shape is ``malformed``.
@@ -9,9 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Final
 
-from shared import labels as L
+from compiler.provisioning import ARTIFACT_REPOSITORIES, ARTIFACT_REPOSITORY_KEY
+from compiler.stamping import RUNS_AS_ACCOUNTS, RUNS_AS_ANNOTATION, reserved_key
+from shared import quantity
 
 # rule -> why it is refused. docs/security.md lists the same table (a test keeps them in step).
 RULES: Final[Mapping[str, str]] = {
@@ -46,22 +51,36 @@ RULES: Final[Mapping[str, str]] = {
     "or clone an existing volume",
     "platform_secret": "secrets named kubeopera-* hold the platform's credentials in the "
     "namespace (executor token, storage user)",
+    "secret_reference": "a Secret may be referenced only when the tenant created it through "
+    "workflow-manager (its data secrets); any other Secret in the namespace is not the tenant's",
     "platform_object": "objects named kubeopera-* and artifact-repositories are the platform's",
-    "artifact_location": "artifacts live only in the tenant's prefix of the platform bucket, "
-    "with the namespace's own credentials and endpoint",
+    "artifact_location": "artifacts live only under the tenant's artifacts/ prefix of the "
+    "platform bucket, with the namespace's own credentials and endpoint",
     "artifact_repository": "artifact repositories other than S3 (git, http, gcs, azure, hdfs, "
     "oss, artifactory, plugin) are outside the tenant's storage",
-    "artifact_repository_ref": "only the namespace's artifact-repositories ConfigMap is used",
+    "artifact_repository_ref": "only the namespace's default artifact repository is used "
+    "(ConfigMap artifact-repositories, its default key): Argo looks any other up in the "
+    "controller's namespace too, where the platform's own repository is",
     "cluster_template_ref": "cluster-scoped templates are outside the namespace",
     "workflow_template_ref": "a WorkflowTemplate may not itself reference another whole template",
-    "reserved_label": "labels under workflows.argoproj.io/ and kubeopera.io/ steer the "
-    "controller and our records; only stamping sets them",
+    "reserved_label": "labels under kubeopera.io and argoproj.io (and their subdomains, "
+    "workflows.argoproj.io/ among them) steer the controllers and our records; only stamping "
+    "sets them",
+    "reserved_annotation": "annotations under kubeopera.io and argoproj.io (and their "
+    "subdomains) steer the controllers and our records; only kubeopera.io/runs-as (spark or "
+    "training) is the tenant's, on a template of spec.templates",
+    "security_annotation": "AppArmor, seccomp and container-runtime annotations change a pod's "
+    "sandbox: use securityContext.appArmorProfile and seccompProfile, which are checked",
+    "resource_limit": "a container may not ask for more than the largest step: DATA_MAX_CPU, "
+    "DATA_MAX_MEMORY, and ML_MAX_GPU GPUs on ML pipelines (none on data pipelines)",
+    "extended_resource": "only cpu, memory, ephemeral-storage and nvidia.com/gpu may be "
+    "requested: the namespace's quota counts no other device, and resource claims reach "
+    "devices outside it",
     "probe_host": "a probe or lifecycle hook with a host is sent by the kubelet from the node",
 }
 
 _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 RESERVED_PREFIX: Final = "kubeopera-"
-ARTIFACT_REPOSITORIES: Final = "artifact-repositories"
 # Maps and lists holding data, not Kubernetes fields: a "namespace" key in them is a label key or
 # a loop item (which can only reach a namespace field through a placeholder, and a namespace
 # field holding a placeholder is not the tenant's namespace, so it is refused where it is).
@@ -70,13 +89,35 @@ _SKIP_MAPS: Final = frozenset(
 )
 
 
-class Walk:
-    """The state of one check: the context and every violation found so far (first wins)."""
+@dataclass(frozen=True, slots=True)
+class Ceiling:
+    """The most of one resource a container may ask for, and the setting a refusal names."""
 
-    def __init__(self, *, namespace: str, artifact_bucket: str, artifact_prefix: str) -> None:
+    amount: Decimal
+    named: str  # "DATA_MAX_CPU (4)"
+
+
+class Walk:
+    """The state of one check: the context and every violation found so far (first wins).
+
+    ``data_secrets`` are the Secrets a template may reference; ``ceilings`` map each resource a
+    container may ask for to its largest amount (ephemeral-storage is unbounded here).
+    """
+
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        artifact_bucket: str,
+        artifact_prefix: str,
+        data_secrets: frozenset[str],
+        ceilings: Mapping[str, Ceiling],
+    ) -> None:
         self.namespace = namespace
         self.artifact_bucket = artifact_bucket
         self.artifact_prefix = artifact_prefix
+        self.data_secrets = data_secrets
+        self.ceilings = ceilings
         self.found: dict[tuple[str, str], str] = {}
         self.claims: set[str] = set()
 
@@ -144,13 +185,19 @@ class Walk:
                 )
 
 
-def _member(value: object, names: frozenset[str] | set[str]) -> bool:
+def _member(value: object, names: frozenset[str] | set[str] | Mapping[str, Any]) -> bool:
     """Membership for raw values, which may be unhashable (a list where a name belongs)."""
     return isinstance(value, str) and value in names
 
 
 def _reserved(name: object) -> bool:
     return not isinstance(name, str) or name.startswith(RESERVED_PREFIX)
+
+
+def _shown(value: object) -> str:
+    """A tenant's value quoted in a message, never longer than a quantity can be."""
+    text = str(value)
+    return text if len(text) <= quantity.MAX_LENGTH else f"{text[: quantity.MAX_LENGTH]}..."
 
 
 # --- containers ---------------------------------------------------------------------------------
@@ -216,6 +263,7 @@ def container(w: Walk, value: object, path: str) -> None:
             secret_ref(w, entry["secretRef"], f"{path}.envFrom[{index}].secretRef")
     for index, mount in enumerate(w.items(item.get("volumeMounts"), f"{path}.volumeMounts")):
         volume_mount(w, mount, f"{path}.volumeMounts[{index}]")
+    resources(w, item.get("resources"), f"{path}.resources")
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         handler(w, item.get(probe), f"{path}.{probe}")
     lifecycle = w.mapping(item.get("lifecycle"), f"{path}.lifecycle") or {}
@@ -241,9 +289,62 @@ def volume_mount(w: Walk, value: object, path: str) -> None:
 
 
 def secret_ref(w: Walk, value: object, path: str, field: str = "name") -> None:
+    """A reference to a Secret: only to one of the tenant's data secrets, never the platform's.
+
+    An allowlist of names, not a denylist of the platform's prefix: a Secret the tenant did not
+    create through workflow-manager (one a platform component or an operator put in the
+    namespace, or one not there yet) is refused too.
+    """
     reference = w.mapping(value, path)
-    if reference is not None and _reserved(reference.get(field)):
+    if reference is None:
+        return
+    name = reference.get(field)
+    if isinstance(name, str) and name.startswith(RESERVED_PREFIX):
         w.add(f"{path}.{field}", "platform_secret", RULES["platform_secret"])
+    elif not _member(name, w.data_secrets):
+        message = (
+            f"{RULES['secret_reference']}; {_shown(name)!r} is not one of them"
+            if w.data_secrets
+            else f"{RULES['secret_reference']}; this tenant has none yet"
+        )
+        w.add(f"{path}.{field}", "secret_reference", message)
+
+
+# Everything a container may ask for: ``Walk.ceilings`` bounds each but ephemeral-storage, which
+# the kubelet bounds by evicting the pod.
+EPHEMERAL_STORAGE: Final = "ephemeral-storage"
+
+
+def resources(w: Walk, value: object, path: str) -> None:
+    """Requests and limits within the largest step, and no device the quota does not count."""
+    requirements = w.mapping(value, path)
+    if requirements is None:
+        return
+    w.known(requirements, path, frozenset({"requests", "limits", "claims"}))
+    if "claims" in requirements:
+        w.add(f"{path}.claims", "extended_resource", RULES["extended_resource"])
+    for side in ("requests", "limits"):
+        where = f"{path}.{side}"
+        for name, amount in (w.mapping(requirements.get(side), where) or {}).items():
+            _resource_amount(w, name, amount, w.join(where, name))
+
+
+def _resource_amount(w: Walk, name: object, amount: object, path: str) -> None:
+    ceiling = w.ceilings.get(name) if isinstance(name, str) else None
+    if ceiling is None and name != EPHEMERAL_STORAGE:
+        w.add(path, "extended_resource", RULES["extended_resource"])
+        return
+    if isinstance(amount, str) and "{{" in amount:
+        # Known only at run time, where the namespace's LimitRange holds it to the same maximum;
+        # a resource allowed none at all is refused now, whatever the placeholder becomes.
+        if ceiling is not None and ceiling.amount == 0:
+            w.add(path, "resource_limit", f"none may be asked for: {ceiling.named}")
+        return
+    value = quantity.parse_or_none(amount)
+    if value is None or value < 0:
+        w.add(path, "malformed", f"{_shown(amount)!r} is not a quantity such as 500m, 2 or 512Mi")
+    elif ceiling is not None and value > ceiling.amount:
+        w.add(path, "resource_limit", f"{_shown(amount)} is above {ceiling.named}")
 
 
 def _common_security(w: Walk, context: Mapping[str, Any], path: str) -> None:
@@ -302,16 +403,43 @@ def pod_security(w: Walk, value: object, path: str) -> None:
             w.add(f"{path}.sysctls[{index}].name", "security_context", RULES["security_context"])
 
 
-def pod_metadata(w: Walk, value: object, path: str) -> None:
-    """Pod labels under Argo's prefix would make a pod look like one of the controller's own."""
+# Annotation prefixes that configure a pod's sandbox: the pre-field AppArmor and seccomp
+# annotations, and the container runtimes' own (CRI-O's, containerd's CRI, Kata's), which can
+# add devices or change namespaces where a runtime class allows them. None is judged by the
+# allowlist's security-context rules; the fields (appArmorProfile, seccompProfile) are.
+SECURITY_ANNOTATION_PREFIXES: Final = (
+    "container.apparmor.security.beta.kubernetes.io/",
+    "seccomp.security.alpha.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+    "io.kubernetes.cri-o.",
+    "io.kubernetes.cri.",
+    "io.katacontainers.",
+)
+
+
+def pod_metadata(w: Walk, value: object, path: str, *, runs_as: bool = False) -> None:
+    """A pod's labels and annotations: none under the reserved domains (a pod labelled as
+    another run's, or annotated as the controller annotates its own), none that changes the
+    sandbox. ``runs_as``: a template of ``spec.templates``, whose ``kubeopera.io/runs-as``
+    stamping reads (``compiler.stamping``)."""
     metadata = w.mapping(value, path)
     if metadata is None:
         return
     w.known(metadata, path, frozenset({"labels", "annotations"}))
     for key in w.mapping(metadata.get("labels"), f"{path}.labels") or {}:
-        if str(key).startswith(L.ARGO_PREFIX):
+        if reserved_key(key):
             w.add(w.join(f"{path}.labels", key), "reserved_label", RULES["reserved_label"])
-    w.mapping(metadata.get("annotations"), f"{path}.annotations")
+    annotations = w.mapping(metadata.get("annotations"), f"{path}.annotations") or {}
+    for key, annotation in annotations.items():
+        where = w.join(f"{path}.annotations", key)
+        if runs_as and key == RUNS_AS_ANNOTATION:
+            if not _member(annotation, RUNS_AS_ACCOUNTS):
+                accounts = " or ".join(sorted(RUNS_AS_ACCOUNTS))
+                w.add(where, "reserved_annotation", f"{RUNS_AS_ANNOTATION} is {accounts}")
+        elif reserved_key(key):
+            w.add(where, "reserved_annotation", RULES["reserved_annotation"])
+        elif str(key).lower().startswith(SECURITY_ANNOTATION_PREFIXES):
+            w.add(where, "security_annotation", RULES["security_annotation"])
 
 
 def memoize(w: Walk, value: object, path: str) -> None:
@@ -387,6 +515,19 @@ def artifact(w: Walk, value: object, path: str) -> None:
                 f"{path}.artifactGC.serviceAccountName", "service_account", RULES["service_account"]
             )
         pod_metadata(w, gc.get("podMetadata"), f"{path}.artifactGC.podMetadata")
+
+
+def artifact_repository_ref(w: Walk, value: object, path: str) -> None:
+    """Only the namespace's default repository, which the platform provisioned: Argo looks a
+    ConfigMap (or a key) it does not find in the workflow's namespace up in the controller's,
+    where the platform's own repository and credentials are."""
+    reference = w.mapping(value, path)
+    if reference is None:
+        return
+    w.known(reference, path, frozenset({"configMap", "key"}))
+    for field, default in (("configMap", ARTIFACT_REPOSITORIES), ("key", ARTIFACT_REPOSITORY_KEY)):
+        if field in reference and reference[field] != default:
+            w.add(f"{path}.{field}", "artifact_repository_ref", RULES["artifact_repository_ref"])
 
 
 def artifact_gc(w: Walk, value: object, path: str) -> None:

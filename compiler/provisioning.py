@@ -14,14 +14,18 @@ The namespace ``kubeopera-data-<tenant>`` holds:
   containers that state no resources (Argo's own init and wait containers among them; a quota
   on requests and limits refuses any pod without them) and the largest single step as the
   maximum, with a GPU maximum only when GPUs are allowed at all;
+- ``kubeopera-compiler``: the RoleBinding granting the compiler's own service account the
+  chart's tenant-compiler ClusterRole in this namespace, applied right after the namespace,
+  before anything the compiler writes there through it (see "Rights" below);
 - the four accounts of ``compiler.stamping``, none of which mounts a token by itself. A pod gets a
   token only where its spec asks: Argo mounts the executor's token into its own containers
   only (through the Secret ``kubeopera-executor.service-account-token``, which Argo finds through
   the account's annotation; since Kubernetes 1.24 nothing creates such a Secret for us), and the
   stamper asks for the Spark or training token only on the templates that run as them. Each
-  account that calls the API has a Role with the least it needs: the executor creates and patches
-  ``workflowtaskresults`` (Argo's documented minimum), Spark drivers manage their executors' pods,
-  services, config maps and volume claims, PyTorch launchers their workers' pods and services;
+  account that calls the API is bound to the chart's tenant ClusterRole with the least it needs:
+  the executor creates and patches ``workflowtaskresults`` (Argo's documented minimum), Spark
+  drivers manage their executors' pods, services, config maps and volume claims, PyTorch
+  launchers their workers' pods and services;
 - ``kubeopera-egress``: traffic in only from the namespace itself; traffic out only to cluster
   DNS, the namespace itself, the Kubernetes API server, the shared tracking server, and
   ``DATA_EGRESS_PORTS`` (TCP) anywhere outside ``DATA_EGRESS_EXCEPT_CIDRS``;
@@ -43,6 +47,16 @@ port (the Service must expose its pods' own port, as the MLflow charts do); an I
 that address; any other name is an external server, reached through the egress-ports rule when
 its port is allowed and its addresses are public.
 
+Rights: the compiler binds, never grants. The ClusterRoles (``<prefix>compiler``, ``executor``,
+``spark``, ``training``; the prefix is ``TENANT_CLUSTER_ROLE_PREFIX``) ship with the chart, and
+the compiler holds the ``bind`` verb on exactly those, so Kubernetes lets it create these
+RoleBindings without holding what they grant (it would have to hold all of it to create a Role
+or bind anything else). Cluster-wide it may only create namespaces and RoleBindings, which the
+chart's admission policy confines to ``kubeopera-data-*``. Schema 1 gave each account a Role of
+its own: ``obsolete_objects`` names them, for the caller to delete when a namespace takes a new
+spec. A binding's ``roleRef`` cannot change in place; ``compiler.drift.recreated`` says when one
+must be deleted and created again.
+
 The spec hash covers the spec and ``SPEC_SCHEMA_VERSION``: bump the version whenever this module
 builds different objects from the same spec, so that the change rolls out to every tenant.
 """
@@ -50,7 +64,6 @@ builds different objects from the same spec, so that the change rolls out to eve
 from __future__ import annotations
 
 import base64
-import copy
 import dataclasses
 import hashlib
 import ipaddress
@@ -63,7 +76,6 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from compiler.spec import cpu_millis, memory_bytes
 from compiler.stamping import (
     EXECUTOR_SERVICE_ACCOUNT,
     SPARK_SERVICE_ACCOUNT,
@@ -73,12 +85,14 @@ from compiler.stamping import (
 from shared import labels as L
 from shared import storage
 from shared.errors import ConfigError
+from shared.quantity import cpu_millis, memory_bytes
 
 if TYPE_CHECKING:
     from shared.config import Settings
 
-# Bump when the objects built from the same spec change (see the module docstring).
-SPEC_SCHEMA_VERSION: Final = 1
+# Bump when the objects built from the same spec change (see the module docstring). 2: the
+# accounts' bindings refer to the chart's tenant ClusterRoles, and the compiler binds itself.
+SPEC_SCHEMA_VERSION: Final = 2
 
 # A tenant id: a DNS label short enough that "kubeopera-data-<tenant>" is one (<= 63).
 TENANT_ID: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,46}[a-z0-9])?$")
@@ -99,6 +113,20 @@ NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"  # set by the API se
 DNS_NAMESPACE: Final = "kube-system"
 DNS_POD_LABELS: Final = {"k8s-app": "kube-dns"}  # CoreDNS keeps kube-dns's label
 RBAC_GROUP: Final = "rbac.authorization.k8s.io"
+RBAC_VERSION: Final = f"{RBAC_GROUP}/v1"
+# The compiler's own RoleBinding in each tenant namespace, and its ClusterRole after the prefix.
+COMPILER_BINDING: Final = "kubeopera-compiler"
+COMPILER_ROLE: Final = "compiler"
+# Each account that calls the API, and its tenant ClusterRole after the prefix (the chart holds
+# the rules: least for each, see the module docstring).
+ACCOUNT_ROLES: Final[Mapping[str, str]] = {
+    EXECUTOR_SERVICE_ACCOUNT: "executor",
+    SPARK_SERVICE_ACCOUNT: "spark",
+    TRAINING_SERVICE_ACCOUNT: "training",
+}
+DEFAULT_CLUSTER_ROLE_PREFIX: Final = "workflow-manager-tenant-"
+DEFAULT_COMPILER_ACCOUNT: Final = "workflow-manager-compiler"
+DEFAULT_COMPILER_NAMESPACE: Final = "workflow-manager"
 # What a container that states no resources gets: small, since Argo's own init and wait
 # containers are among them, and never above the largest step.
 DEFAULT_CPU: Final = "500m"
@@ -152,8 +180,16 @@ class ProvisioningSpec:
     default_memory: str = DEFAULT_MEMORY
     default_request_cpu: str = DEFAULT_REQUEST_CPU
     default_request_memory: str = DEFAULT_REQUEST_MEMORY
+    # Whom and what the namespace's RoleBindings name (see "Rights" in the module docstring).
+    cluster_role_prefix: str = DEFAULT_CLUSTER_ROLE_PREFIX
+    compiler_account: str = DEFAULT_COMPILER_ACCOUNT
+    compiler_namespace: str = DEFAULT_COMPILER_NAMESPACE
 
     def __post_init__(self) -> None:
+        if not (self.cluster_role_prefix and self.compiler_account and self.compiler_namespace):
+            raise ValueError(
+                "cluster_role_prefix, compiler_account and compiler_namespace are required"
+            )
         for name in ("egress_ports", "api_server_ports"):
             ports = tuple(sorted(set(getattr(self, name))))
             if any(not 1 <= port <= 65535 for port in ports):
@@ -228,6 +264,9 @@ class ProvisioningSpec:
                 default_memory=default_memory,
                 default_request_cpu=_cpu_at_most(DEFAULT_REQUEST_CPU, default_cpu),
                 default_request_memory=_memory_at_most(DEFAULT_REQUEST_MEMORY, default_memory),
+                cluster_role_prefix=settings.TENANT_CLUSTER_ROLE_PREFIX,
+                compiler_account=settings.COMPILER_SERVICE_ACCOUNT,
+                compiler_namespace=settings.POD_NAMESPACE,
             )
         except ValueError as exc:
             raise ConfigError(
@@ -298,24 +337,43 @@ def _object(
     return {"apiVersion": api_version, "kind": kind, "metadata": metadata, **fields}
 
 
-def _rule(group: str, resources: list[str], verbs: list[str]) -> dict[str, Any]:
-    return {"apiGroups": [group], "resources": resources, "verbs": verbs}
+def _binding(
+    name: str,
+    *,
+    tenant: str,
+    namespace: str,
+    cluster_role: str,
+    account: str,
+    account_namespace: str,
+) -> dict[str, Any]:
+    return _object(
+        RBAC_VERSION,
+        "RoleBinding",
+        name,
+        tenant=tenant,
+        namespace=namespace,
+        roleRef={"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": cluster_role},
+        subjects=[{"kind": "ServiceAccount", "name": account, "namespace": account_namespace}],
+    )
 
 
-# Each account that calls the API, with the least it needs (see the module docstring).
-ROLES: Final[Mapping[str, list[dict[str, Any]]]] = {
-    EXECUTOR_SERVICE_ACCOUNT: [_rule("argoproj.io", ["workflowtaskresults"], ["create", "patch"])],
-    SPARK_SERVICE_ACCOUNT: [
-        _rule(
-            "",
-            ["pods", "services", "configmaps", "persistentvolumeclaims"],
-            ["create", "delete", "deletecollection", "get", "list", "patch", "watch"],
-        )
-    ],
-    TRAINING_SERVICE_ACCOUNT: [
-        _rule("", ["pods", "services"], ["create", "delete", "get", "list", "watch"])
-    ],
-}
+def compiler_binding(tenant: str, namespace: str, spec: ProvisioningSpec) -> dict[str, Any]:
+    """``kubeopera-compiler``: the compiler's own rights in the namespace, bound to itself."""
+    return _binding(
+        COMPILER_BINDING,
+        tenant=tenant,
+        namespace=namespace,
+        cluster_role=f"{spec.cluster_role_prefix}{COMPILER_ROLE}",
+        account=spec.compiler_account,
+        account_namespace=spec.compiler_namespace,
+    )
+
+
+def obsolete_objects(tenant: str) -> list[tuple[str, str, str, str]]:
+    """(apiVersion, kind, namespace, name) of what an earlier schema created in a tenant's
+    namespace and nothing creates any more: the accounts' own Roles of schema 1."""
+    namespace = tenant_namespace(tenant)
+    return [(RBAC_VERSION, "Role", namespace, account) for account in ACCOUNT_ROLES]
 
 
 def _resource_objects(tenant: str, namespace: str, spec: ProvisioningSpec) -> list[dict[str, Any]]:
@@ -343,7 +401,7 @@ def _resource_objects(tenant: str, namespace: str, spec: ProvisioningSpec) -> li
     return [quota, limits]
 
 
-def _identity_objects(tenant: str, namespace: str) -> list[dict[str, Any]]:
+def _identity_objects(tenant: str, namespace: str, spec: ProvisioningSpec) -> list[dict[str, Any]]:
     accounts = [
         _object(
             "v1",
@@ -374,30 +432,18 @@ def _identity_objects(tenant: str, namespace: str) -> list[dict[str, Any]]:
         annotations={"kubernetes.io/service-account.name": EXECUTOR_SERVICE_ACCOUNT},
         type="kubernetes.io/service-account-token",
     )
-    roles = [
-        _object(
-            f"{RBAC_GROUP}/v1",
-            "Role",
-            account,
-            tenant=tenant,
-            namespace=namespace,
-            rules=copy.deepcopy(rules),
-        )
-        for account, rules in ROLES.items()
-    ]
     bindings = [
-        _object(
-            f"{RBAC_GROUP}/v1",
-            "RoleBinding",
+        _binding(
             account,
             tenant=tenant,
             namespace=namespace,
-            roleRef={"apiGroup": RBAC_GROUP, "kind": "Role", "name": account},
-            subjects=[{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+            cluster_role=f"{spec.cluster_role_prefix}{role}",
+            account=account,
+            account_namespace=namespace,
         )
-        for account in ROLES
+        for account, role in ACCOUNT_ROLES.items()
     ]
-    return [*accounts, token, *roles, *bindings]
+    return [*accounts, token, *bindings]
 
 
 def host_cidr(address: str) -> str:
@@ -500,9 +546,10 @@ def artifact_repository(tenant: str, spec: ProvisioningSpec) -> dict[str, Any]:
 def tenant_objects(tenant: str, spec: ProvisioningSpec) -> list[dict[str, Any]]:
     """Every object of a tenant's namespace, in apply order (the Namespace first).
 
-    The network policy and quota come before anything that could run a pod; each account
-    before its token Secret (the token controller deletes a token whose account is missing) and
-    its binding. ValueError for a malformed tenant id.
+    The compiler's own binding comes next: it is what lets the compiler write the rest. The
+    network policy and quota come before anything that could run a pod; each account before its
+    token Secret (the token controller deletes a token whose account is missing) and its
+    binding. ValueError for a malformed tenant id.
     """
     namespace = tenant_namespace(tenant)
     namespace_object = _object("v1", "Namespace", namespace, tenant=tenant, namespace=None)
@@ -523,9 +570,10 @@ def tenant_objects(tenant: str, spec: ProvisioningSpec) -> list[dict[str, Any]]:
     )
     return [
         namespace_object,
+        compiler_binding(tenant, namespace, spec),
         network_policy(tenant, namespace, spec),
         *_resource_objects(tenant, namespace, spec),
-        *_identity_objects(tenant, namespace),
+        *_identity_objects(tenant, namespace, spec),
         repositories,
     ]
 

@@ -28,7 +28,7 @@ from compiler.tenants import TenantProvisioner
 from shared.argo import ArgoServer
 from shared.config import Settings
 from shared.db.migrations import apply_migrations
-from shared.db.pool import create_pool
+from shared.db.pool import create_pool, database_ready
 from shared.health import HealthServer
 from shared.k8s import host_client
 from shared.leader import LeaderElector
@@ -97,7 +97,12 @@ def assemble(
         return await argo.lint_template(namespace, template)
 
     service = PipelineService(
-        pool=pool, objects=objects, tenants=tenants, lint=lint, limits=limits_of(settings)
+        pool=pool,
+        objects=objects,
+        tenants=tenants,
+        lint=lint,
+        limits=limits_of(settings),
+        instance_id=settings.ARGO_DATA_INSTANCE_ID,
     )
     key = settings.INTERNAL_API_KEY
     if key is None:
@@ -133,10 +138,7 @@ async def run(settings: Settings, workers: Supervisor) -> None:
         try:
             await web.TCPSite(runner, "0.0.0.0", settings.HTTP_PORT, reuse_address=True).start()
 
-            async def database() -> None:
-                await parts.pool.fetchval("SELECT 1")
-
-            health.add_check("postgresql", database)
+            health.add_check("postgresql", database_ready(parts.pool))
             # What start-up allocated (Hera's models above all) lives as long as the process:
             # out of the collector's reach, full collections stop adding tens of milliseconds
             # to a save's schema check.

@@ -11,7 +11,7 @@ The schema is documented in docs/pipeline-spec.md.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
@@ -27,6 +27,8 @@ from pydantic import (
 from compiler import expressions
 from shared.config import parse_duration
 from shared.errors import Invalid
+from shared.quantity import cpu_millis, memory_bytes
+from shared.validation import field_path
 
 API_VERSION: Final = "pipelines.kubeopera.io/v1"
 MAX_STEPS: Final = 300
@@ -40,31 +42,8 @@ _ENV_NAME: Final = r"^[A-Za-z_][A-Za-z0-9_.-]{0,254}$"
 _SECRET_NAME: Final = r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$"
 _SECRET_KEY: Final = r"^[-._A-Za-z0-9]{1,253}$"
 _REFERENCE: Final = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.[A-Za-z_][A-Za-z0-9_-]{0,62}$"
-_CPU: Final = re.compile(r"(\d+(?:\.\d+)?)(m?)", re.ASCII)
-_MEMORY: Final = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?", re.ASCII)
-_MEMORY_UNITS: Final = {
-    None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-}  # fmt: skip
 _PLACEHOLDER: Final = re.compile(r"\{\{\s*(workflow|inputs)\.parameters\.([A-Za-z0-9_-]+)\s*\}\}")
 MAX_TIMEOUT_SECONDS: Final = 7 * 86400
-
-
-def cpu_millis(quantity: str) -> int:
-    """A Kubernetes CPU quantity ('500m', '2', '0.5') in millicores; ValueError otherwise."""
-    match = _CPU.fullmatch(str(quantity).strip())
-    if not match:
-        raise ValueError(f"{quantity!r} is not a CPU quantity such as 500m or 2")
-    value = float(match.group(1))
-    return round(value if match.group(2) else value * 1000)
-
-
-def memory_bytes(quantity: str) -> int:
-    """A Kubernetes memory quantity ('512Mi', '2Gi', '1G') in bytes; ValueError otherwise."""
-    match = _MEMORY.fullmatch(str(quantity).strip())
-    if not match:
-        raise ValueError(f"{quantity!r} is not a memory quantity such as 512Mi or 2Gi")
-    return round(float(match.group(1)) * _MEMORY_UNITS[match.group(2)])
 
 
 def _cpu(value: str) -> str:
@@ -270,14 +249,6 @@ class PipelineSpec(_Model):
 
 
 # --- parsing and cross-field rules --------------------------------------------------------------
-
-
-def field_path(location: Sequence[int | str]) -> str:
-    """A pydantic error location as a field path: ``steps[2].resources.limits.cpu``."""
-    text = ""
-    for part in location:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "spec"
 
 
 def _invalid(errors: list[dict[str, str]]) -> Invalid:

@@ -3,9 +3,10 @@
 Purely computational, no side effects: the input document is never modified; a stamped deep copy
 is returned. Whatever a tenant wrote in the identity fields is replaced or removed:
 
-- ``metadata`` keeps only the tenant's labels and annotations outside the reserved prefixes
-  (``kubeopera.io/``, ``workflows.argoproj.io/``); name and namespace are ours, and every other
-  metadata field (generateName, ownerReferences, finalizers, uid, ...) is dropped;
+- ``metadata`` keeps only the tenant's labels and annotations outside the reserved domains
+  (``reserved_key``: ``kubeopera.io``, ``argoproj.io`` and their subdomains, such as
+  ``workflows.argoproj.io/``); name and namespace are ours, and every other metadata field
+  (generateName, ownerReferences, finalizers, uid, ...) is dropped;
 - our labels (pipeline id, version, kind) go on the template and on
   ``spec.workflowMetadata.labels``, so every run created from it carries them too;
 - pods run as the namespace's workload account without a mounted token
@@ -24,13 +25,12 @@ import copy
 import hashlib
 import re
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import orjson
 
 from shared import labels as L
-
-PipelineKind = Literal["data", "ml"]
+from shared.pipelines import PipelineKind
 
 WORKLOAD_SERVICE_ACCOUNT: Final = "kubeopera-workload"
 EXECUTOR_SERVICE_ACCOUNT: Final = "kubeopera-executor"
@@ -43,7 +43,11 @@ RUNS_AS_ACCOUNTS: Final[Mapping[str, str]] = {
     "training": TRAINING_SERVICE_ACCOUNT,
 }
 TEMPLATE_SERVICE_ACCOUNTS: Final = frozenset(RUNS_AS_ACCOUNTS.values())
-RESERVED_LABEL_PREFIXES: Final = (L.KUBEOPERA_PREFIX, L.ARGO_PREFIX)
+# Label and annotation keys under these domains, or any subdomain of them, are the platform's
+# (kubeopera.io/, x.kubeopera.io/) and Argo's (workflows.argoproj.io/, events.argoproj.io/, ...):
+# the controllers act on them and our records read them (the watcher attributes a run to a sensor
+# by events.argoproj.io/sensor, and finds its pods by workflows.argoproj.io/pod-name-format).
+RESERVED_DOMAINS: Final = ("kubeopera.io", "argoproj.io")
 
 _NAME_UNSAFE: Final = re.compile(r"[^a-z0-9-]+")
 _MAX_SLUG: Final = 40
@@ -76,14 +80,23 @@ def _copy(template: Mapping[str, Any]) -> dict[str, Any]:
     return copied if isinstance(copied, dict) else copy.deepcopy(dict(template))
 
 
+def reserved_key(key: object) -> bool:
+    """Whether a label or annotation key is under a reserved domain (``RESERVED_DOMAINS``).
+
+    Only a prefixed key (``<domain>/<name>``) is; the domain is compared case-insensitively,
+    although the API server accepts only lower-case prefixes, so that no spelling slips by.
+    """
+    prefix, slash, _ = str(key).partition("/")
+    domain = prefix.lower()
+    return bool(slash) and any(
+        domain == reserved or domain.endswith(f".{reserved}") for reserved in RESERVED_DOMAINS
+    )
+
+
 def _unreserved(values: object) -> dict[str, Any]:
     if not isinstance(values, Mapping):
         return {}
-    return {
-        str(key): value
-        for key, value in values.items()
-        if not str(key).startswith(RESERVED_LABEL_PREFIXES)
-    }
+    return {str(key): value for key, value in values.items() if not reserved_key(key)}
 
 
 def identity_labels(*, pipeline_id: str, version: int, kind: PipelineKind) -> dict[str, str]:

@@ -6,7 +6,14 @@ once all of them were applied: a namespace carrying a hash is known to have conv
 spec in full, whatever the database says. ``compiler.tenants`` records the same hash in the
 ``tenants`` table and runs the passes; a reconcile pass applies everything for every tenant
 whatever the recorded hash says, since drift (a deleted quota, an edited policy) leaves the hash
-unchanged, and an unchanged object costs one read.
+unchanged, and an unchanged object costs one read. When the namespace takes a new hash, what an
+earlier schema created and nothing creates any more (``obsolete_objects``) is deleted first.
+
+The compiler writes a tenant namespace's contents through the RoleBinding that provisioning
+applies right after the namespace (``compiler.provisioning``, "Rights"). The API server's
+authorizer learns of a new binding from a watch, a moment later (on each API server of the
+control plane separately), so after creating or replacing that binding a refusal (HTTP 403) is
+retried with backoff for a few seconds before it counts.
 
 ``discover_api_server`` finds the API server's addresses for the network policy (see
 ``compiler.provisioning``); call it when building the spec, and again each pass so that a
@@ -15,25 +22,36 @@ control plane that moves rolls out like any other change.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, TypeVar
 
 from compiler.k8s_objects import KubeObjects
 from compiler.provisioning import (
+    COMPILER_BINDING,
     ProvisioningSpec,
     host_cidr,
+    obsolete_objects,
     spec_hash,
     tenant_namespace,
     tenant_objects,
 )
 from shared import labels as L
-from shared.errors import NotFound
+from shared.errors import DependencyDown, NotFound
 from shared.logging import get_logger
 
 log = get_logger(__name__)
 
 TENANT_PROVISIONED: Final = "tenant_provisioned"
 API_SERVER_NOT_FOUND: Final = "api_server_endpoints_not_found"
+GRANT_NOT_YET_IN_FORCE: Final = "tenant_grant_not_yet_in_force"
+
+# Seconds between tries of a write refused while the compiler's new binding propagates (3.1 s in
+# all; the authorizer's watch usually delivers it within a second).
+GRANT_BACKOFF: Final = (0.1, 0.2, 0.4, 0.8, 1.6)
+
+T = TypeVar("T")
 
 # The Service in front of the API server, and the label its EndpointSlices carry.
 API_SERVER_NAMESPACE: Final = "default"
@@ -85,8 +103,36 @@ async def discover_api_server(objects: KubeObjects) -> tuple[tuple[str, ...], tu
     return tuple(sorted(cidrs)), tuple(sorted(ports))
 
 
+def _refused(exc: DependencyDown) -> bool:
+    return (exc.details or {}).get("status") == 403
+
+
+async def _granted(
+    call: Callable[[], Awaitable[T]],
+    *,
+    patient: bool,
+    tenant: str,
+    sleep: Callable[[float], Awaitable[Any]],
+) -> T:
+    """``call()``; while ``patient``, a 403 is tried again after each of ``GRANT_BACKOFF``."""
+    delays = iter(GRANT_BACKOFF if patient else ())
+    while True:
+        try:
+            return await call()
+        except DependencyDown as exc:
+            delay = next(delays, None)
+            if delay is None or not _refused(exc):
+                raise
+            log.info(GRANT_NOT_YET_IN_FORCE, tenant=tenant, retry_in=delay)
+            await sleep(delay)
+
+
 async def provision_tenant(
-    objects: KubeObjects, tenant: str, spec: ProvisioningSpec
+    objects: KubeObjects,
+    tenant: str,
+    spec: ProvisioningSpec,
+    *,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> dict[str, int]:
     """Converge a tenant's namespace to ``spec``; counts of objects created, updated, unchanged.
 
@@ -94,10 +140,23 @@ async def provision_tenant(
     tenant id; shared errors from the API (the next pass retries what failed).
     """
     counts = {"created": 0, "updated": 0, "unchanged": 0}
+    patient = False  # the compiler's own binding was just written: its grant may lag
     for obj in tenant_objects(tenant, spec):
-        counts[await objects.apply(obj)] += 1
+        outcome = await _granted(
+            functools.partial(objects.apply, obj), patient=patient, tenant=tenant, sleep=sleep
+        )
+        counts[outcome] += 1
+        if obj["kind"] == "RoleBinding" and obj["metadata"]["name"] == COMPILER_BINDING:
+            patient = outcome != "unchanged"
     digest = spec_hash(spec)
     if await applied_hash(objects, tenant) != digest:
+        for api_version, kind, namespace, name in obsolete_objects(tenant):
+            await _granted(
+                functools.partial(objects.delete, api_version, kind, namespace, name),
+                patient=patient,
+                tenant=tenant,
+                sleep=sleep,
+            )
         await objects.patch_merge(
             "v1",
             "Namespace",

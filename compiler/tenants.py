@@ -27,11 +27,12 @@ import base64
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 import asyncpg
 
 from compiler.k8s_objects import KubeObjects
+from compiler.pg_tenants import TenantStore
 from compiler.provisioning import (
     ACCESS_KEY,
     ARTIFACT_CREDENTIALS_SECRET,
@@ -43,12 +44,9 @@ from compiler.provisioning import (
 from compiler.storage_users import StorageUsers
 from compiler.tenant_objects import discover_api_server, provision_tenant
 from shared.config import Settings
-from shared.db.pool import translate_db_errors
 from shared.logging import get_logger
 
 log = get_logger(__name__)
-
-_LOCK_SQL: Final = "SELECT pg_advisory_xact_lock(hashtext('wm-tenant:' || $1))"
 
 
 @dataclass
@@ -69,7 +67,7 @@ class TenantProvisioner:
         settings: Settings,
         storage: StorageUsers | None,
     ) -> None:
-        self._pool = pool
+        self._store = TenantStore(pool)
         self._objects = objects
         self._settings = settings
         self._storage = storage
@@ -90,36 +88,20 @@ class TenantProvisioner:
 
     async def ensure(self, tenant: str) -> None:
         """Provision ``tenant`` unless its recorded specification is the current one."""
-        with translate_db_errors():
-            applied = await self._pool.fetchval(
-                "SELECT spec_hash FROM tenants WHERE id = $1", tenant
-            )
-        if applied != await self.spec_hash():
+        if await self._store.applied_hash(tenant) != await self.spec_hash():
             await self.reconcile(tenant)
 
     async def reconcile(self, tenant: str) -> Outcome:
         """Apply everything ``tenant`` should have; record the hash (or the error)."""
         outcome = Outcome(tenant)
         spec = await self.spec()
-        with translate_db_errors():
-            await self._pool.execute(
-                "INSERT INTO tenants (id) VALUES ($1) ON CONFLICT (id) DO NOTHING", tenant
-            )
+        await self._store.ensure(tenant)
         try:
-            with translate_db_errors():
-                async with self._pool.acquire() as conn, conn.transaction():
-                    await conn.execute(_LOCK_SQL, tenant)
-                    user, key_id = await self._apply(tenant, spec, outcome)
-                    await conn.execute(
-                        "UPDATE tenants SET spec_hash = $2, provisioned_at = now(), "
-                        "checked_at = now(), storage_user = coalesce($3, storage_user), "
-                        "storage_key_id = coalesce($4, storage_key_id), last_error = NULL "
-                        "WHERE id = $1",
-                        tenant,
-                        spec_hash(spec),
-                        user,
-                        key_id,
-                    )
+            async with self._store.held(tenant) as held:
+                user, key_id = await self._apply(tenant, spec, outcome)
+                await held.record_applied(
+                    spec_hash=spec_hash(spec), storage_user=user, storage_key_id=key_id
+                )
         except Exception as exc:
             await self._record_error(tenant, exc)
             raise
@@ -152,19 +134,13 @@ class TenantProvisioner:
         message = getattr(error, "message", None) or type(error).__name__
         log.warning("tenant_reconcile_failed", tenant=tenant, error=message)
         with contextlib.suppress(Exception):  # the database may be what failed
-            await self._pool.execute(
-                "UPDATE tenants SET last_error = $2, checked_at = now() WHERE id = $1",
-                tenant,
-                str(message)[:1000],
-            )
+            await self._store.record_error(tenant, str(message))
 
     async def reconcile_all(self) -> list[Outcome]:
         """One pass over every known tenant; a failing tenant does not stop the others."""
         await self.spec(rediscover=True)
-        with translate_db_errors():
-            tenants = [row["id"] for row in await self._pool.fetch("SELECT id FROM tenants")]
         outcomes = []
-        for tenant in tenants:
+        for tenant in await self._store.ids():
             try:
                 outcomes.append(await self.reconcile(tenant))
             except Exception:  # recorded on the tenant's row and logged; the next pass retries

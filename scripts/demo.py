@@ -256,11 +256,17 @@ spec:
   entrypoint: main
   serviceAccountName: argo-server
   hostNetwork: true
+  artifactRepositoryRef: {configMap: artifact-repositories, key: platform}
+  podMetadata:
+    labels: {kubeopera.io/tenant: someone-else}
+    annotations: {container.apparmor.security.beta.kubernetes.io/main: unconfined}
   templates:
     - name: main
       container:
         image: alpine:3.20
         securityContext: {privileged: true}
+        resources: {limits: {cpu: "64", nvidia.com/gpu: "8"}}
+        env: [{name: TOKEN, valueFrom: {secretKeyRef: {name: argo-server-token, key: token}}}]
       volumes: [{name: root, hostPath: {path: /}}]
 """
 
@@ -289,8 +295,10 @@ async def pipelines_showcase() -> None:
             refused = await answer.json()
         violations = refused.get("details", {}).get("violations", [])
         log(f"POST /api/v1/data-pipelines/validate (hostile YAML) → {answer.status}:")
-        for violation in violations[:6]:
+        for violation in violations[:12]:
             log(f"    {violation['path']}: {violation['message']}")
+        if len(violations) > 12:
+            log(f"    … and {len(violations) - 12} more")
         async with http.post(
             f"{base}/{pipeline}/run", json={"parameters": {"day": "2026-12-02"}}
         ) as answer:
@@ -378,8 +386,10 @@ async def main() -> None:
         world = await wait_for_world(processes["sim"])
         clusters = world["clusters"]
         registry = world["registry"]
+        data_argo = world["argo_data_server"]
         assert isinstance(clusters, list)
         assert isinstance(registry, dict)
+        assert isinstance(data_argo, dict)
         host = next(c for c in clusters if c["host"])
         base_env = {
             **os.environ,
@@ -398,7 +408,9 @@ async def main() -> None:
             "ARTIFACT_IAM_USER_PATH": "/kubeopera/tenants/",
             "ARTIFACT_IAM_USER_PREFIX": "kubeopera-",
             "ARTIFACT_IAM_BOUNDARY_ARN": "arn:aws:iam::123456789012:policy/kubeopera-tenants",
-            "ARGO_DATA_SERVER_URL": "https://argo-server.argo.svc:2746",
+            # The host's second Argo, which runs tenants' pipelines.
+            "ARGO_DATA_SERVER_URL": data_argo["url"],
+            "ARGO_DATA_INSTANCE_ID": data_argo["instance_id"],
             "LOG_JSON": "false",
             "POD_NAME": "demo",
         }
@@ -407,7 +419,8 @@ async def main() -> None:
             if http_port:
                 env["HTTP_PORT"] = str(http_port)
             processes[name] = start(name, [python, "-m", name], env)
-        log("started: 2 simulated clusters with Argo (host + cluster-1), the cluster registry,")
+        log("started: 2 simulated clusters with Argo (host, with its data controller for")
+        log("         tenants' pipelines, + cluster-1), the cluster registry,")
         log("         and " + ", ".join(DEPLOYABLES) + " (logs in .run/demo/)")
         for c in clusters:
             log(f"cluster {c['name']:<10} {c['url']}  kubeconfig {c['kubeconfig']}")

@@ -3,7 +3,7 @@
 Purely computational, no side effects. The host cluster is recognised as "Register this
 cluster" does: by the UID of its kube-system namespace. Until the registry lists it, it is
 watched under a provisional id derived from that UID; once listed, the registered identity is
-adopted and the host's history carried over to it (``pg_clusters.adopt``).
+adopted and the host's history carried over to it (``shared.db.clusters``).
 """
 
 from __future__ import annotations

@@ -13,10 +13,12 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BeforeValidator, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
+from shared import labels as L
 from shared.errors import ConfigError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_LABEL_VALUE = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 
 
@@ -106,6 +108,13 @@ class Settings(BaseSettings):
     REDIS_URL: str = "redis://127.0.0.1:6379/0"
     TENANT_RECONCILE_INTERVAL: Seconds = 300.0  # drift check of every tenant's provisioning
     PIPELINE_TEMPLATES_KEPT: int = Field(default=10, ge=10)  # newest templates kept per pipeline
+    # The chart's tenant ClusterRoles (<prefix>compiler, executor, spark, training), which the
+    # compiler binds in each tenant namespace, the first to its own service account (in
+    # POD_NAMESPACE). The chart sets both from its release name.
+    TENANT_CLUSTER_ROLE_PREFIX: str = Field(default="workflow-manager-tenant-", min_length=1)
+    COMPILER_SERVICE_ACCOUNT: str = Field(default="workflow-manager-compiler", min_length=1)
+    # The data controller's instance ID (the label value routing a workflow to it).
+    ARGO_DATA_INSTANCE_ID: str = L.DATA_CONTROLLER_INSTANCE_ID
 
     @field_validator("LOG_LEVEL")
     @classmethod
@@ -113,6 +122,13 @@ class Settings(BaseSettings):
         if value.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError("expected one of debug, info, warning, error")
         return value.lower()
+
+    @field_validator("ARGO_DATA_INSTANCE_ID")
+    @classmethod
+    def _label_value(cls, value: str) -> str:
+        if not _LABEL_VALUE.match(value):
+            raise ValueError("expected a label value: up to 63 letters, digits, '-', '_' or '.'")
+        return value
 
     @field_validator("DATABASE_URL")
     @classmethod

@@ -77,6 +77,16 @@ class DependencyDown(WorkflowManagerError):
         self.delay = delay
 
 
+class CertificateRefused(DependencyDown):
+    """A cluster's TLS certificate failed verification (unknown CA, wrong name, expired).
+
+    Retried like any unreachable cluster, since the cure (a corrected kubeconfig in the registry
+    or a renewed certificate) arrives without a restart; the message names the cluster.
+    """
+
+    code = "certificate_refused"
+
+
 class ConfigError(WorkflowManagerError):
     """The process cannot start: a setting is missing or malformed."""
 

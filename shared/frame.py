@@ -7,7 +7,7 @@ import asyncio
 
 from shared.config import Settings
 from shared.db.migrations import apply_migrations
-from shared.db.pool import create_pool
+from shared.db.pool import create_pool, database_ready
 from shared.health import HealthServer
 from shared.logging import get_logger
 
@@ -20,11 +20,7 @@ async def serve_frame(settings: Settings, *, service: str) -> None:
     pool = await create_pool(settings, application_name=f"wm-{service}")
     try:
         async with HealthServer.from_settings(settings) as health:
-
-            async def database() -> None:
-                await pool.fetchval("SELECT 1")
-
-            health.add_check("postgresql", database)
+            health.add_check("postgresql", database_ready(pool))
             log.info("service_frame_started", deployable=service, health_port=health.port)
             await asyncio.Event().wait()
     finally:

@@ -8,16 +8,23 @@ on the host cluster. Every adapter wraps its calls in ``translating()`` (or call
 
 from __future__ import annotations
 
+import base64
+import binascii
+import copy
 import json
 import os
+import ssl
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import yaml
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client.rest import RESTClientObject
 from kubernetes_asyncio.config import ConfigException
 from kubernetes_asyncio.config.incluster_config import (
     SERVICE_CERT_FILENAME,
@@ -25,10 +32,11 @@ from kubernetes_asyncio.config.incluster_config import (
     SERVICE_TOKEN_FILENAME,
     InClusterConfigLoader,
 )
-from kubernetes_asyncio.config.kube_config import KubeConfigLoader, new_client_from_config
+from kubernetes_asyncio.config.kube_config import KubeConfigLoader
 
 from shared.config import Settings
 from shared.errors import (
+    CertificateRefused,
     ConfigError,
     Conflict,
     DependencyDown,
@@ -169,25 +177,216 @@ def parse_kubeconfig(text: str) -> dict[str, Any]:
     return doc
 
 
+# Inline TLS material. kubernetes-asyncio writes each of these to a temporary file so that
+# ssl can load it by path, which fails on a read-only root filesystem: we take them out of the
+# kubeconfig before the library sees it and build the TLS context from them in memory.
+_INLINE_TLS = {
+    "clusters": ("certificate-authority-data",),
+    "users": ("client-certificate-data", "client-key-data"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterTls:
+    """The TLS a kubeconfig's context asks for, decoded (PEM); None where it says nothing."""
+
+    cluster: str  # the kubeconfig's name for the cluster, which errors name
+    ca: bytes | None = None
+    client_cert: bytes | None = None
+    client_key: bytes | None = None
+
+
+def _entry(doc: Mapping[str, Any], section: str, name: Any) -> Mapping[str, Any]:
+    """The body of the entry called `name` in `section` (clusters → cluster, ...), or {}."""
+    for entry in doc.get(section) or []:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            body = entry.get(section[:-1])
+            return body if isinstance(body, dict) else {}
+    return {}
+
+
+def _decoded(body: Mapping[str, Any], key: str, *, where: str) -> bytes | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    try:
+        if not isinstance(value, str):
+            raise ValueError(key)
+        return base64.b64decode("".join(value.split()), validate=True)
+    except (ValueError, binascii.Error) as exc:
+        raise Invalid(f"kubeconfig {where}: {key} is not base64") from exc
+
+
+def split_inline_tls(
+    doc: Mapping[str, Any], *, context: str | None = None
+) -> tuple[dict[str, Any], ClusterTls]:
+    """(the kubeconfig without inline TLS data, that data decoded for the context in use).
+
+    Purely computational; Invalid when the data is not base64.
+    """
+    names = _entry(doc, "contexts", context or doc.get("current-context"))
+    cluster_name = str(names.get("cluster") or "")
+    cluster = _entry(doc, "clusters", names.get("cluster"))
+    user = _entry(doc, "users", names.get("user"))
+    where = f"cluster {cluster_name!r}"
+    tls = ClusterTls(
+        cluster=cluster_name,
+        ca=_decoded(cluster, "certificate-authority-data", where=where),
+        client_cert=_decoded(user, "client-certificate-data", where=f"user of {where}"),
+        client_key=_decoded(user, "client-key-data", where=f"user of {where}"),
+    )
+    stripped = copy.deepcopy(dict(doc))
+    for section, keys in _INLINE_TLS.items():
+        for entry in stripped.get(section) or []:
+            body = entry.get(section[:-1]) if isinstance(entry, dict) else None
+            if isinstance(body, dict):
+                for key in keys:
+                    body.pop(key, None)
+    return stripped, tls
+
+
+def tls_context(tls: ClusterTls, configuration: Configuration) -> ssl.SSLContext:
+    """The client's TLS context, built in memory from `tls`; files only where the operator's
+    own kubeconfig (or the pod's service account) names them, as `configuration` holds them."""
+    if tls.ca is None:
+        context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    else:
+        try:
+            if not tls.ca.strip():  # ssl would quietly trust the system's CAs instead
+                raise ValueError("empty")
+            context = ssl.create_default_context(cadata=tls.ca.decode("ascii"))
+        except (ssl.SSLError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+            raise Invalid(
+                f"kubeconfig cluster {tls.cluster!r}: certificate-authority-data "
+                "holds no PEM certificate"
+            ) from exc
+    if tls.client_cert is not None or tls.client_key is not None:
+        _load_client_certificate(context, tls)
+    elif configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+    if not configuration.verify_ssl:  # the kubeconfig's insecure-skip-tls-verify
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _load_client_certificate(context: ssl.SSLContext, tls: ClusterTls) -> None:
+    """ssl loads a certificate and its key only by path: hand it anonymous in-memory files
+    (Linux memfd, opened through /proc/self/fd), so nothing is written to any filesystem."""
+    where = f"kubeconfig user of cluster {tls.cluster!r}"
+    if tls.client_cert is None or tls.client_key is None:
+        raise Invalid(f"{where}: client-certificate-data and client-key-data go together")
+    if not hasattr(os, "memfd_create"):
+        raise Invalid(f"{where}: client certificates need Linux (memfd); use a token")
+    descriptors: list[int] = []
+    try:
+        for label, data in (("client-cert", tls.client_cert), ("client-key", tls.client_key)):
+            descriptor = os.memfd_create(label, os.MFD_CLOEXEC)
+            descriptors.append(descriptor)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(descriptor, view) :]
+        cert_path, key_path = (f"/proc/self/fd/{d}" for d in descriptors)
+        context.load_cert_chain(cert_path, keyfile=key_path)
+    except ssl.SSLError as exc:
+        raise Invalid(
+            f"{where}: client-certificate-data and client-key-data are not a usable pair"
+        ) from exc
+    finally:
+        for descriptor in descriptors:
+            os.close(descriptor)
+
+
+# OpenSSL's verify codes for a chain that ends in no CA the client trusts.
+_UNTRUSTED_CODES = frozenset({2, 18, 19, 20, 21})
+
+
+def certificate_refused(
+    exc: aiohttp.ClientConnectorCertificateError, *, cluster: str
+) -> CertificateRefused:
+    """Our error for a refused server certificate, naming the cluster. Purely computational.
+
+    The server's address stays out: callers of the apiserver see this message.
+    """
+    cause = exc.certificate_error
+    reason = str(getattr(cause, "verify_message", None) or cause).rstrip(".")
+    if getattr(cause, "verify_code", None) in _UNTRUSTED_CODES:
+        reason += " (not signed by a CA the kubeconfig trusts: check certificate-authority-data)"
+    return CertificateRefused(
+        f"cluster {cluster!r}: the API server's TLS certificate was refused: {reason}",
+        details={"cluster": cluster, "reason": reason},
+    )
+
+
+class _ClusterRestClient(RESTClientObject):
+    """The library's REST client over a TLS context built by ``tls_context``, raising
+    ``CertificateRefused`` for a refused server certificate.
+
+    ``RESTClientObject.__init__`` is not called: it would build its own context from file
+    paths. The session is set up here as the library sets it up.
+    """
+
+    def __init__(
+        self, configuration: Configuration, *, context: ssl.SSLContext, tls: ClusterTls
+    ) -> None:
+        # The library keeps None where these are unset; "" and {} test false alike in request().
+        self.server_hostname = configuration.tls_server_name or ""
+        self.proxy = configuration.proxy or ""
+        self.proxy_headers = configuration.proxy_headers or {}
+        self.pool_manager = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(
+                limit=configuration.connection_pool_maxsize, ssl=context
+            ),
+            trust_env=True,
+            read_bufsize=2**21,  # as the library: a watch event can carry a 1.5 MiB object
+        )
+        self._tls = tls
+
+    async def request(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().request(*args, **kwargs)
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise certificate_refused(exc, cluster=self._tls.cluster) from exc
+
+
+async def _api_client(configuration: Configuration, tls: ClusterTls) -> ApiClient:
+    context = tls_context(tls, configuration)
+    client = ApiClient(configuration=configuration)
+    await client.rest_client.close()  # the library's own, never used: ours replaces it
+    client.rest_client = _ClusterRestClient(configuration, context=context, tls=tls)
+    return client
+
+
 def _new_configuration() -> Configuration:
     # Configuration() copies the library's process-wide default; type.__call__ does not.
     configuration: Configuration = type.__call__(Configuration)
     return configuration
 
 
+async def _client_from_config(
+    doc: Mapping[str, Any], *, context: str | None, base_path: str
+) -> ApiClient:
+    """An ApiClient for a parsed kubeconfig; the library's errors are the caller's to map."""
+    stripped, tls = split_inline_tls(doc, context=context)
+    configuration = _new_configuration()
+    loader = KubeConfigLoader(
+        config_dict=stripped, active_context=context, config_base_path=base_path
+    )
+    await loader.load_and_set(configuration)
+    return await _api_client(configuration, tls)
+
+
 async def client_from_kubeconfig(text: str, *, context: str | None = None) -> ApiClient:
     """An ApiClient for the cluster a registered kubeconfig describes (inline credentials only).
 
-    Raises Invalid when the kubeconfig is malformed or asks for files or plugins.
+    Raises Invalid when the kubeconfig is malformed or asks for files or plugins. Nothing is
+    written to disk: the TLS context is built in memory.
     """
     doc = parse_kubeconfig(text)
-    configuration = _new_configuration()
     try:
-        loader = KubeConfigLoader(config_dict=doc, active_context=context, config_base_path="")
-        await loader.load_and_set(configuration)
+        return await _client_from_config(doc, context=context, base_path="")
     except (ConfigException, AssertionError, KeyError, TypeError, ValueError) as exc:
         raise Invalid(f"the kubeconfig cannot be used: {type(exc).__name__}") from exc
-    return ApiClient(configuration=configuration)
 
 
 async def in_cluster_client(
@@ -202,16 +401,16 @@ async def in_cluster_client(
         InClusterConfigLoader(
             token_filename=token_path, cert_filename=ca_path, environ=dict(environ)
         ).load_and_set(configuration)
-    except ConfigException as exc:
+        return await _api_client(configuration, ClusterTls("in-cluster"))
+    except (ConfigException, OSError, ssl.SSLError) as exc:
         raise ConfigError(f"in-cluster Kubernetes identity unusable: {exc}") from exc
-    return ApiClient(configuration=configuration)
 
 
 async def host_client(settings: Settings, *, environ: Mapping[str, str] = os.environ) -> ApiClient:
     """The host cluster: in-cluster identity inside a pod, else the HOST_KUBECONFIG file.
 
     The file is the operator's own (a developer's kind or EKS context), so unlike a registered
-    kubeconfig it may use exec plugins and file references.
+    kubeconfig it may use exec plugins and file references (relative to the file).
     """
     if environ.get(SERVICE_HOST_ENV_NAME):
         return await in_cluster_client(environ=environ)
@@ -219,9 +418,19 @@ async def host_client(settings: Settings, *, environ: Mapping[str, str] = os.env
         raise ConfigError(
             "HOST_KUBECONFIG: required outside a Kubernetes pod (KUBERNETES_SERVICE_HOST unset)"
         )
+    path = Path(settings.HOST_KUBECONFIG)
     try:
-        return await new_client_from_config(
-            config_file=settings.HOST_KUBECONFIG, persist_config=False
-        )
-    except (OSError, yaml.YAMLError, ConfigException, AssertionError, KeyError, TypeError) as exc:
+        doc = yaml.safe_load(path.read_text())  # noqa: ASYNC240 - once, at startup
+        if not isinstance(doc, dict):
+            raise TypeError("not a mapping")
+        return await _client_from_config(doc, context=None, base_path=str(path.parent.absolute()))
+    except (
+        OSError,
+        yaml.YAMLError,
+        ConfigException,
+        AssertionError,
+        KeyError,
+        TypeError,
+        Invalid,
+    ) as exc:
         raise ConfigError(f"HOST_KUBECONFIG: cannot be used ({type(exc).__name__})") from exc

@@ -28,6 +28,9 @@ SERVE_NAMESPACE_PREFIX: Final = "kubeopera-serve-"
 CICD_NAMESPACE: Final = "kubeopera-cicd"
 # controller-instanceid value of the CI/CD builds' Argo controller.
 CICD_CONTROLLER_INSTANCE_ID: Final = "cicd"
+# The default controller-instanceid of the data controller, the host's Argo for tenants'
+# pipelines (setting ARGO_DATA_INSTANCE_ID): every workflow we start there carries it.
+DATA_CONTROLLER_INSTANCE_ID: Final = "kubeopera-data"
 
 # --- Argo Workflows (prefix workflows.argoproj.io/) -------------------------------------------
 ARGO_PREFIX: Final = "workflows.argoproj.io/"

@@ -3,7 +3,7 @@
 This module holds the elector, the ``LeaseApi`` protocol it talks through, its ``Clock``, and
 ``LeadershipLost``. The Kubernetes implementation of ``LeaseApi`` is ``shared.k8s_leases``;
 election over one lease per shard (``ShardedElection``, built from electors) is
-``shared.leader_shards``. Both are importable from here too.
+``shared.leader_shards``, which imports this module (never the other way round).
 
 The algorithm
     A candidate reads the Lease and asks ``leader_state.decide`` what to do. A missing Lease is
@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, runtime_checkable
+from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import Gauge
@@ -61,9 +61,6 @@ from shared.leader_state import (
 )
 from shared.logging import get_logger
 
-if TYPE_CHECKING:
-    from shared.leader_shards import ShardedElection
-
 __all__ = [
     "RETRYABLE",
     "Clock",
@@ -72,7 +69,6 @@ __all__ = [
     "LeadershipLost",
     "LeaseApi",
     "LoopClock",
-    "ShardedElection",
     "default_identity",
     "within",
 ]
@@ -86,17 +82,6 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "workflow-manager"}
 RETRYABLE = (WorkflowManagerError, TimeoutError, OSError)
 
 log = get_logger(__name__)
-
-
-def __getattr__(name: str) -> Any:
-    # ShardedElection is built from LeaderElector, so shared.leader_shards imports this module;
-    # importing it back lazily keeps `from shared.leader import ShardedElection` working
-    # whichever of the two modules is imported first.
-    if name == "ShardedElection":
-        from shared.leader_shards import ShardedElection
-
-        return ShardedElection
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class LeadershipLost(WorkflowManagerError):

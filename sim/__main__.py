@@ -11,7 +11,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sim.argo.server import ARGO_NAMESPACE, ARGO_PORT, ARGO_SERVICE
+from sim.argo.server import (
+    ARGO_NAMESPACE,
+    ARGO_PORT,
+    ARGO_SERVICE,
+    DATA_ARGO_NAMESPACE,
+    DATA_ARGO_SERVICE,
+)
 from sim.world import DEFAULT_REGISTRY_KEY, World, start_world
 
 
@@ -58,6 +64,15 @@ def describe(world: World, state_dir: Path) -> dict[str, Any]:
         "clusters": clusters,
         "registry": {"url": world.registry_url, "key": world.registry_key},
         "argo_server": {"namespace": ARGO_NAMESPACE, "service": ARGO_SERVICE, "port": ARGO_PORT},
+        # The host's data controller's server (ARGO_DATA_SERVER_URL) and instance ID
+        # (ARGO_DATA_INSTANCE_ID).
+        "argo_data_server": {
+            "namespace": DATA_ARGO_NAMESPACE,
+            "service": DATA_ARGO_SERVICE,
+            "port": ARGO_PORT,
+            "instance_id": world.host.data_instance_id,
+            "url": f"https://{DATA_ARGO_SERVICE}.{DATA_ARGO_NAMESPACE}.svc:{ARGO_PORT}",
+        },
         "s3": (
             {"endpoint": world.archive.settings.endpoint, "bucket": world.archive.bucket}
             if world.archive

@@ -3,7 +3,8 @@ simulator and Argo server, a cluster registry, optional log archival and sample 
 
 Cluster 0 is the host: its kube-system UID is the host identity, and it is listed in the
 registry (with a null kubeconfig, like production's in-cluster identity) only when
-`host_registered`.
+`host_registered`. The host runs a second Argo, as production's does for tenants' pipelines:
+a controller with the data instance ID in Strict template referencing, and its Argo server.
 """
 
 from __future__ import annotations
@@ -19,8 +20,17 @@ import structlog
 
 from sim.argo.archive import S3Archive, S3Settings
 from sim.argo.controller import ArgoSimulator
+from sim.argo.restrictions import STRICT
 from sim.argo.samples import install_samples, submit_sample_workflows
-from sim.argo.server import ARGO_NAMESPACE, ARGO_PORT, ARGO_SERVICE, ArgoServer
+from sim.argo.server import (
+    ARGO_NAMESPACE,
+    ARGO_PORT,
+    ARGO_SERVICE,
+    DATA_ARGO_NAMESPACE,
+    DATA_ARGO_SERVICE,
+    DATA_INSTANCE_ID,
+    ArgoServer,
+)
 from sim.kube.server import RunningCluster, start_cluster
 from sim.kube.store import ClusterStore
 from sim.kube.types import ApiError
@@ -35,7 +45,9 @@ DEFAULT_REGISTRY_KEY = "sim-registry-key"
 
 @dataclass
 class SimCluster:
-    """One simulated cluster: the API emulator, its Argo controller and Argo server."""
+    """One simulated cluster: the API emulator, its Argo controller and Argo server (no
+    instance ID), and on the host the data controller and its server (`data_argo`,
+    `data_server`)."""
 
     id: str
     name: str
@@ -44,6 +56,21 @@ class SimCluster:
     argo: ArgoSimulator
     server: ArgoServer
     host: bool = False
+    data_argo: ArgoSimulator | None = None
+    data_server: ArgoServer | None = None
+
+    @property
+    def controllers(self) -> list[ArgoSimulator]:
+        return [self.argo, *([self.data_argo] if self.data_argo else [])]
+
+    @property
+    def data_instance_id(self) -> str | None:
+        return self.data_argo.instance_id if self.data_argo else None
+
+    async def step(self) -> None:
+        """One tick of every controller of the cluster."""
+        for controller in self.controllers:
+            await controller.step()
 
     @property
     def store(self) -> ClusterStore:
@@ -105,7 +132,10 @@ class World:
             task = asyncio.create_task(
                 _guarded(
                     submit_sample_workflows(
-                        cluster.store, rate, seed=None if seed is None else seed + index
+                        cluster.store,
+                        rate,
+                        seed=None if seed is None else seed + index,
+                        data_instance_id=cluster.data_instance_id,
                     ),
                     cluster=cluster.name,
                 ),
@@ -121,7 +151,8 @@ class World:
                 await task
         self._load.clear()
         for cluster in self.clusters:
-            await cluster.argo.stop()
+            for controller in cluster.controllers:
+                await controller.stop()
             cluster.store.close_streams()
             await cluster.running.stop()
         await self.registry.stop()
@@ -178,10 +209,43 @@ async def start_cluster_with_argo(
     server = ArgoServer(store)
     server.register()
     argo = ArgoSimulator(store, tick=tick, archive=archive, pod_gc_delay=pod_gc_delay)
-    if autostart:
-        argo.start()
     cluster_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"sim-cluster/{name}"))
-    return SimCluster(cluster_id, name, region, running, argo, server, host=host)
+    cluster = SimCluster(cluster_id, name, region, running, argo, server, host=host)
+    if host:
+        _start_data_argo(cluster, tick=tick, archive=archive, pod_gc_delay=pod_gc_delay)
+    if autostart:
+        for controller in cluster.controllers:
+            controller.start()
+    return cluster
+
+
+def _start_data_argo(
+    cluster: SimCluster, *, tick: float, archive: S3Archive | None, pod_gc_delay: float
+) -> None:
+    """The host's controller for tenants' pipelines and its Argo server (ARGO_DATA_SERVER_URL's
+    default location; the instance ID is ARGO_DATA_INSTANCE_ID's default)."""
+    store = cluster.store
+    _ensure(store, "", "namespaces", None, {"metadata": {"name": DATA_ARGO_NAMESPACE}})
+    _ensure(
+        store,
+        "",
+        "services",
+        DATA_ARGO_NAMESPACE,
+        {
+            "metadata": {"name": DATA_ARGO_SERVICE, "labels": {"app": "argo-server"}},
+            "spec": {"ports": [{"name": "web", "port": int(ARGO_PORT)}]},
+        },
+    )
+    cluster.data_server = ArgoServer(store, instance_id=DATA_INSTANCE_ID)
+    cluster.data_server.register(namespace=DATA_ARGO_NAMESPACE, service=DATA_ARGO_SERVICE)
+    cluster.data_argo = ArgoSimulator(
+        store,
+        tick=tick,
+        archive=archive,
+        pod_gc_delay=pod_gc_delay,
+        instance_id=DATA_INSTANCE_ID,
+        template_referencing=STRICT,
+    )
 
 
 async def start_world(

@@ -21,6 +21,7 @@ import orjson
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from shared.errors import WorkflowManagerError
 from shared.logging import get_logger
 from shared.runs import ClusterRef
 from watcher import metrics
@@ -64,6 +65,9 @@ class InformerOptions:
     list_permits: asyncio.Semaphore | None = None
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
+    # An owned cluster whose informer has failed to list or watch for this long makes the
+    # watcher not ready (a restarting watch, the API server briefly away, is not a failure yet).
+    unready_after: float = 60.0
 
 
 @dataclass
@@ -74,6 +78,10 @@ class InformerState:
     known: dict[tuple[str, str], Seen] = field(default_factory=dict)
     last_event_at: float | None = None  # wall-clock seconds
     synced: bool = False  # the first list has been queued
+    # Monotonic time of the first of the failures since the last list or watch that
+    # succeeded (None while none failed), and the last of them: the readiness check.
+    failing_since: float | None = None
+    last_error: str | None = None
 
 
 class WorkflowInformer:
@@ -88,6 +96,7 @@ class WorkflowInformer:
         known: dict[tuple[str, str], Seen] | None = None,
         options: InformerOptions | None = None,
         wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cluster = cluster
         self.api_client = api_client
@@ -95,6 +104,7 @@ class WorkflowInformer:
         self._queue = queue
         self._options = options or InformerOptions()
         self._wall_clock = wall_clock
+        self._clock = clock
         self.state = InformerState(known=dict(known or {}))
         self._labels = {"cluster": cluster.id}
         # Labelled children resolved once: .labels() per event costs more than the event.
@@ -115,16 +125,22 @@ class WorkflowInformer:
             except Expired:
                 log.info("watch_expired_relisting", cluster=self.cluster.id)
                 self.state.resource_version = None
-            except (ApiException, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            except (
+                ApiException,
+                aiohttp.ClientError,
+                TimeoutError,
+                ValueError,
+                WorkflowManagerError,  # the client's own, e.g. a refused TLS certificate
+            ) as exc:
                 if isinstance(exc, ApiException) and exc.status == 410:
                     self.state.resource_version = None
                     continue
+                if self.state.failing_since is None:
+                    self.state.failing_since = self._clock()
+                status = getattr(exc, "status", None)
+                self.state.last_error = type(exc).__name__ + (f" {status}" if status else "")
                 log.warning(
-                    "watch_failed",
-                    cluster=self.cluster.id,
-                    error=type(exc).__name__,
-                    status=getattr(exc, "status", None),
-                    retry_in=backoff,
+                    "watch_failed", cluster=self.cluster.id, retry_in=backoff, **_failure(exc)
                 )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._options.backoff_max)
@@ -163,6 +179,7 @@ class WorkflowInformer:
             await self._forget(key)
         self.state.resource_version = list_rv
         self.state.synced = True
+        self.state.failing_since = None
         log.info("cluster_listed", cluster=self.cluster.id, workflows=len(present), rv=list_rv)
 
     async def _watch_once(self) -> None:
@@ -179,6 +196,7 @@ class WorkflowInformer:
             _preload_content=False,
             _request_timeout=self._options.watch_timeout + 30,
         )
+        self.state.failing_since = None  # the API server answered: watching again
         try:
             handled = 0
             async for line in _lines(response.content):
@@ -246,6 +264,14 @@ class WorkflowInformer:
             Deleted(final),
             high_water=self._options.high_water,
         )
+
+
+def _failure(exc: BaseException) -> dict[str, Any]:
+    """How a failed list or watch is logged: ours by code and message (which name the cluster
+    and the cause, e.g. a refused certificate), a library's by type and HTTP status."""
+    if isinstance(exc, WorkflowManagerError):
+        return {"error": exc.code, "reason": exc.message}
+    return {"error": type(exc).__name__, "status": getattr(exc, "status", None)}
 
 
 async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:

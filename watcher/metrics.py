@@ -24,4 +24,9 @@ ARGO_LAG_SECONDS = Histogram(
     buckets=(1, 2, 5, 10, 30, 60, 300, 3600),
 )
 WRITE_FAILURES = Counter("wm_watcher_write_failures_total", "Batches that failed to commit")
+RECORDS_REFUSED = Counter(
+    "wm_watcher_records_refused_total",
+    "Workflow changes skipped: refused by PostgreSQL for their contents, or unreadable",
+    ["cluster"],
+)
 CLUSTERS_WATCHED = Gauge("wm_watcher_clusters_watched", "Clusters this replica informs on")

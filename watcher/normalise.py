@@ -45,6 +45,7 @@ __all__ = [
     "MAX_GRAPH_BYTES",
     "MAX_GRAPH_NODES",
     "MAX_MESSAGE_BYTES",
+    "MAX_OBJECT_NAME",
     "MAX_PARAMETER_BYTES",
     "TRUNCATION_MARKER",
     "last_change_at",
@@ -66,6 +67,9 @@ _RESOURCE_VERSION: Final = re.compile(r"\d{1,19}", re.ASCII)
 # resourceVersion, as an invalid document).
 _MAX_BIGINT: Final = 2**63 - 1
 _MAX_INT: Final = 2**31 - 1
+# The longest name a Kubernetes object can have (a DNS subdomain). A template reference longer
+# than that names nothing, and the column's index refuses a value of a few kilobytes outright.
+MAX_OBJECT_NAME: Final = 253
 
 
 # --- public helpers ---------------------------------------------------------------------------
@@ -221,10 +225,17 @@ def normalise(
         ),
         parameters=_workflow_parameters(spec, status),
         resources_duration=_resources_duration(status.get("resourcesDuration")),
-        template=(
-            template_ref
-            or labels.get(L.ARGO_WORKFLOW_TEMPLATE)
-            or labels.get(L.ARGO_CLUSTER_WORKFLOW_TEMPLATE)
+        template=next(
+            (
+                name
+                for name in (
+                    template_ref,
+                    labels.get(L.ARGO_WORKFLOW_TEMPLATE),
+                    labels.get(L.ARGO_CLUSTER_WORKFLOW_TEMPLATE),
+                )
+                if name and len(name) <= MAX_OBJECT_NAME
+            ),
+            None,
         ),
         pipeline_id=labels.get(L.PIPELINE_ID) or None,
         pipeline_version=labels.get(L.PIPELINE_VERSION) or None,
@@ -290,10 +301,13 @@ def _workflow_parameters(
 
 
 def _resources_duration(raw: object) -> dict[str, int]:
+    # Stored as JSON the store encodes with 64-bit integers: a larger one reads as absent.
     return {
         clean(key): value
         for key, item in as_mapping(raw).items()
-        if isinstance(key, str) and (value := _integer(item)) is not None
+        if isinstance(key, str)
+        and (value := _integer(item)) is not None
+        and -_MAX_BIGINT - 1 <= value <= _MAX_BIGINT
     }
 
 

@@ -20,6 +20,9 @@ from shared.runs import RunRecord
 
 RUN_CHANGES_LOCK = 0x776D_7275_6E73  # "wmruns": serialises change-log commits
 NOTIFY_CHANNEL = "runs"
+# What encoding a record for the statements raises when a value cannot be sent at all (orjson:
+# an integer beyond 64 bits, a lone surrogate): like PostgreSQL refusing it, the record's fault.
+UNENCODABLE: tuple[type[Exception], ...] = (orjson.JSONEncodeError, UnicodeError, OverflowError)
 
 
 @dataclass(frozen=True, slots=True)

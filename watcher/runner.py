@@ -7,6 +7,9 @@ Loops, each guarded by the supervisor:
 - ``writer``: the coalescing queue into PostgreSQL;
 - ``retention``: finished runs older than RUN_RETENTION_DAYS, in small batches, by one replica;
 - ``status``: each informed cluster's Argo reachability and last event time.
+
+Ready (``/readyz``) while PostgreSQL answers, the writer runs and commits (``writer``), and
+every cluster this replica holds is watched (``informers``); see docs/operations.md.
 """
 
 from __future__ import annotations
@@ -24,22 +27,22 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
 from shared.clusters import plan_targets
 from shared.config import Settings
+from shared.db.clusters import REFRESH_CHANNEL, ClusterStore
 from shared.db.migrations import apply_migrations
-from shared.db.pool import connect, create_pool
-from shared.errors import WorkflowManagerError
+from shared.db.pool import connect, create_pool, database_ready
+from shared.errors import DependencyDown, WorkflowManagerError
 from shared.health import HealthServer
 from shared.k8s import client_from_kubeconfig, host_client, translating
-from shared.leader import LeaderElector, ShardedElection, default_identity
+from shared.leader import LeaderElector, default_identity
+from shared.leader_shards import ShardedElection
 from shared.logging import get_logger
 from shared.registry_client import RegistryClient
 from shared.tasks import Supervisor
 from watcher.fleet import Fleet
 from watcher.k8s_informer import ChangeQueue, InformerOptions
-from watcher.pg_clusters import ClusterStore
 from watcher.pg_store import RunStore
 from watcher.writing import RunWriter
 
-REFRESH_CHANNEL = "cluster_refresh"
 RETENTION_PERIOD = 600.0  # seconds between retention passes
 CHANGE_LOG_WINDOW = timedelta(days=1)  # how far back an SSE client can resume
 LEASE_PREFIX = "wm-watcher"
@@ -82,6 +85,20 @@ class Watcher:
     runs: RunStore
     clusters: ClusterStore
     refresh_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    health: HealthServer | None = None  # set by ``run``
+
+    async def writer_ready(self) -> None:
+        """Readiness: the writer runs and its commits succeed."""
+        if (problem := self.writer.problem()) is not None:
+            raise DependencyDown(problem)
+
+    async def informers_ready(self) -> None:
+        """Readiness: every cluster this replica holds is watched (none held: ready)."""
+        if late := self.fleet.not_watching():
+            raise DependencyDown(
+                "; ".join(f"cluster {cluster}: {why}" for cluster, why in late.items()),
+                details={"clusters": sorted(late)},
+            )
 
     async def refresh_clusters(self, registry: RegistryClient | None) -> None:
         entries = await registry.clusters() if registry is not None else []
@@ -220,10 +237,10 @@ async def run(
             watcher.host_api, settings, name=f"{LEASE_PREFIX}-retention"
         )
 
-        async def pool_ready() -> None:
-            await watcher.pool.fetchval("SELECT 1")
-
-        health.add_check("postgresql", pool_ready)
+        health.add_check("postgresql", database_ready(watcher.pool))
+        health.add_check("writer", watcher.writer_ready)
+        health.add_check("informers", watcher.informers_ready)
+        watcher.health = health
         async with election, retention:
             workers.spawn("writer", watcher.writer.run)
             workers.spawn("clusters", lambda: watcher.cluster_loop(registry))

@@ -166,6 +166,19 @@ def is_cluster_template(run_labels: Mapping[str, str], template: str) -> bool:
 def argo_server_for(*, is_host: bool, namespace: str, data_server_url: str) -> ServiceRef:
     """Whose Argo server owns a run: tenant pipelines on the host run on the data controller
     (ARGO_DATA_SERVER_URL); everything else on the cluster's ``argo/argo-server``."""
-    if is_host and namespace.startswith(L.DATA_NAMESPACE_PREFIX):
+    if _on_data_controller(is_host=is_host, namespace=namespace):
         return parse_service_url(data_server_url)
     return DEFAULT_ARGO_SERVER
+
+
+def controller_labels(*, is_host: bool, namespace: str, data_instance_id: str) -> dict[str, str]:
+    """The label a new run needs to reach its controller: the data controller's instance ID
+    (ARGO_DATA_INSTANCE_ID) for a tenant pipeline on the host, which the CI/CD controller (no
+    instance ID) would otherwise run; nothing elsewhere."""
+    if _on_data_controller(is_host=is_host, namespace=namespace):
+        return {L.ARGO_CONTROLLER_INSTANCE_ID: data_instance_id}
+    return {}
+
+
+def _on_data_controller(*, is_host: bool, namespace: str) -> bool:
+    return is_host and namespace.startswith(L.DATA_NAMESPACE_PREFIX)

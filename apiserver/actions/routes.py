@@ -116,13 +116,13 @@ async def retry(request: web.Request) -> web.Response:
     template: str | None = row["template"]
 
     async def work() -> dict[str, Any]:
-        cluster = await services.runs.cluster(target.cluster_id)
+        cluster = await services.clusters.get(target.cluster_id)
         api = await services.connections.api(target.cluster_id)
         workflows = ClusterWorkflows(api)
         live = await workflows.get(target.namespace, target.name)
         plan = planning.plan_retry(live, uid=row["uid"], template=template)
         ref = planning.argo_server_for(
-            is_host=bool(cluster and cluster["is_host"]),
+            is_host=cluster is not None and cluster.is_host,
             namespace=target.namespace,
             data_server_url=services.argo_data_server_url,
         )
@@ -157,7 +157,14 @@ async def retry(request: web.Request) -> web.Response:
                 template=template,
                 parameters=parameters,
                 cluster_scope=cluster_scope,
-                labels=planning.resubmission_labels(labels, original=target.name),
+                labels={
+                    **planning.resubmission_labels(labels, original=target.name),
+                    **planning.controller_labels(
+                        is_host=cluster is not None and cluster.is_host,
+                        namespace=target.namespace,
+                        data_instance_id=services.argo_data_instance_id,
+                    ),
+                },
             )
             created = await workflows.create(target.namespace, manifest)
         else:
@@ -188,7 +195,8 @@ async def submit(request: web.Request) -> web.Response:
     if unknown:
         raise Invalid(f"{unknown[0]}: unknown field", details={"parameter": unknown[0]})
     parameters = string_map(body, "parameters")
-    if await services.runs.cluster(cluster_id) is None:
+    cluster = await services.clusters.get(cluster_id)
+    if cluster is None:
         raise NotFound(f"no cluster {cluster_id!r}", details={"cluster": cluster_id})
     scope = await services.runs.scope_of(identity)
     tenant = planning.tenant_of_namespace(namespace)
@@ -207,7 +215,14 @@ async def submit(request: web.Request) -> web.Response:
                 details={"cluster": cluster_id, "namespace": namespace, "template": template},
             )
         manifest = planning.template_workflow(
-            namespace=namespace, template=template, parameters=parameters
+            namespace=namespace,
+            template=template,
+            parameters=parameters,
+            labels=planning.controller_labels(
+                is_host=cluster.is_host,
+                namespace=namespace,
+                data_instance_id=services.argo_data_instance_id,
+            ),
         )
         created = await workflows.create(namespace, manifest)
         return {

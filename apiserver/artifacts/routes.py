@@ -7,11 +7,12 @@ from urllib.parse import quote
 from aiohttp import web
 
 from apiserver.artifacts.locate import artifact_location, checked_location, find_node
+from apiserver.artifacts.objects import ObjectStore, StoredObject
 from apiserver.auth import Permission
 from apiserver.params import query_params
 from apiserver.routing import RouteSpec
 from apiserver.runs.routes import RUN_PATH, visible_run
-from apiserver.services import ObjectStore, Services, StoredObject
+from apiserver.services import Services
 from shared.errors import DependencyDown
 
 

@@ -11,7 +11,7 @@ import boto3  # type: ignore[import-untyped]
 import botocore.exceptions  # type: ignore[import-untyped]
 from botocore.config import Config  # type: ignore[import-untyped]
 
-from apiserver.services import StoredObject
+from apiserver.artifacts.objects import StoredObject
 from shared.errors import DependencyDown, NotFound
 
 CHUNK = 64 * 1024

@@ -9,29 +9,26 @@ from apiserver.params import query_params
 from apiserver.routing import API_PREFIX, INTERNAL_PREFIX, Param, RouteSpec
 from apiserver.runs.query import iso
 from apiserver.services import SERVICES
-from shared.db.pool import translate_db_errors
-
-REFRESH_CHANNEL = "cluster_refresh"  # the watcher LISTENs on it (watcher/runner.py)
 
 
 async def list_clusters(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     query_params(request, set())
-    rows = await services.runs.clusters()
+    rows = await services.clusters.watched()
     return web.json_response(
         {
             "items": [
                 {
-                    "id": row["id"],
-                    "name": row["name"],
-                    "region": row["region"],
-                    "provider": row["provider"],
-                    "host": row["is_host"],
-                    "registered": row["registered"],
+                    "id": row.id,
+                    "name": row.name,
+                    "region": row.region,
+                    "provider": row.provider,
+                    "host": row.is_host,
+                    "registered": row.registered,
                     "argo": {
-                        "reachable": row["argo_reachable"],
-                        "version": row["argo_version"],
-                        "last_event_at": iso(row["last_event_at"]),
+                        "reachable": row.argo_reachable,
+                        "version": row.argo_version,
+                        "last_event_at": iso(row.last_event_at),
                     },
                 }
                 for row in rows
@@ -43,8 +40,7 @@ async def list_clusters(request: web.Request) -> web.Response:
 async def refresh(request: web.Request) -> web.Response:
     """Relay to the watcher (NOTIFY) and re-read the registry on this replica's next use."""
     services = request.app[SERVICES]
-    with translate_db_errors():
-        await services.pool.execute("SELECT pg_notify($1, '')", REFRESH_CHANNEL)
+    await services.clusters.request_refresh()
     await services.connections.invalidate()
     return web.json_response({"refresh": "requested"}, status=202)
 

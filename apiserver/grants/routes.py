@@ -4,28 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-import asyncpg
 from aiohttp import web
 
 from apiserver.auth import TENANT_ID, Special, identity_of
+from apiserver.grants.pg_grants import GrantRow
 from apiserver.params import json_body, query_params, text_field
 from apiserver.routing import API_PREFIX, Param, RouteSpec
 from apiserver.runs.query import iso
 from apiserver.services import SERVICES
-from shared.db.pool import translate_db_errors
-from shared.errors import Conflict, Invalid, NotFound
-
-_COLUMNS = "id, tenant, cluster_id, namespace, granted_by, created_at"
+from shared.errors import Invalid, NotFound
 
 
-def _item(row: Any) -> dict[str, Any]:
+def _item(row: GrantRow) -> dict[str, Any]:
     return {
-        "id": row["id"],
-        "tenant": row["tenant"],
-        "cluster_id": row["cluster_id"],
-        "namespace": row["namespace"],
-        "granted_by": row["granted_by"],
-        "created_at": iso(row["created_at"]),
+        "id": row.id,
+        "tenant": row.tenant,
+        "cluster_id": row.cluster_id,
+        "namespace": row.namespace,
+        "granted_by": row.granted_by,
+        "created_at": iso(row.created_at),
     }
 
 
@@ -41,12 +38,7 @@ async def list_grants(request: web.Request) -> web.Response:
     params = query_params(request, {"tenant"})
     tenants = params.get("tenant") or []
     tenant = tenants[0] if tenants else None
-    with translate_db_errors():
-        rows = await services.pool.fetch(
-            f"SELECT {_COLUMNS} FROM access_grants WHERE ($1::text IS NULL OR tenant = $1) "
-            "ORDER BY tenant, cluster_id, namespace",
-            tenant,
-        )
+    rows = await services.grants.listed(tenant=tenant)
     return web.json_response({"items": [_item(row) for row in rows]})
 
 
@@ -54,23 +46,14 @@ async def create_grant(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     query_params(request, set())
     tenant, cluster_id, namespace = _grant_fields(await json_body(request))
-    with translate_db_errors():
-        if await services.runs.cluster(cluster_id) is None:
-            raise NotFound(f"no cluster {cluster_id!r}", details={"cluster": cluster_id})
-        try:
-            row = await services.pool.fetchrow(
-                "INSERT INTO access_grants (tenant, cluster_id, namespace, granted_by) "
-                f"VALUES ($1, $2, $3, $4) RETURNING {_COLUMNS}",
-                tenant,
-                cluster_id,
-                namespace,
-                identity_of(request).actor,
-            )
-        except asyncpg.UniqueViolationError:
-            raise Conflict(
-                "this grant exists already",
-                details={"tenant": tenant, "cluster_id": cluster_id, "namespace": namespace},
-            ) from None
+    if await services.clusters.get(cluster_id) is None:
+        raise NotFound(f"no cluster {cluster_id!r}", details={"cluster": cluster_id})
+    row = await services.grants.create(
+        tenant=tenant,
+        cluster_id=cluster_id,
+        namespace=namespace,
+        granted_by=identity_of(request).actor,
+    )
     return web.json_response(_item(row), status=201)
 
 
@@ -83,23 +66,16 @@ async def delete_grant(request: web.Request) -> web.Response:
     values.pop("acting_tenant", None)
     if not values:
         values = await json_body(request)
-    with translate_db_errors():
-        if "id" in values:
-            text = str(values["id"])
-            if not text.isdigit():
-                raise Invalid("id: expected a grant id", details={"parameter": "id"})
-            row = await services.pool.fetchrow(
-                f"DELETE FROM access_grants WHERE id = $1 RETURNING {_COLUMNS}", int(text)
-            )
-        else:
-            tenant, cluster_id, namespace = _grant_fields(values)
-            row = await services.pool.fetchrow(
-                "DELETE FROM access_grants WHERE tenant = $1 AND cluster_id = $2 "
-                f"AND namespace = $3 RETURNING {_COLUMNS}",
-                tenant,
-                cluster_id,
-                namespace,
-            )
+    if "id" in values:
+        text = str(values["id"])
+        if not text.isdigit():
+            raise Invalid("id: expected a grant id", details={"parameter": "id"})
+        row = await services.grants.delete(int(text))
+    else:
+        tenant, cluster_id, namespace = _grant_fields(values)
+        row = await services.grants.delete_matching(
+            tenant=tenant, cluster_id=cluster_id, namespace=namespace
+        )
     if row is None:
         raise NotFound("no such access grant")
     return web.json_response(_item(row))

@@ -1,18 +1,17 @@
 """``/data-pipelines`` and ``/ml-pipelines``: the same routes for both kinds.
 
-Reads (list, read, versions) come straight from PostgreSQL, scoped to the caller's tenant (an
-administrator not acting for a tenant sees every tenant's); another tenant's pipeline is
-indistinguishable from a missing one. Everything that renders, checks or applies (validate,
-create, update, delete, rollback, run) goes to the compiler's internal API with the effective
-tenant and the actor; writing needs a tenant, so an administrator writes through
+Reads (list, read, versions) go through the pipelines repository the compiler writes with
+(``shared.db.pipelines``), scoped to the caller's tenant (an administrator not acting for a
+tenant sees every tenant's); another tenant's pipeline is indistinguishable from a missing one.
+Everything that renders, checks or applies (validate, create, update, delete, rollback, run)
+goes to the compiler's internal API with the effective tenant and the actor; a body is first
+checked here with the compiler's own model (``shared.pipelines``), so a malformed one never
+leaves the apiserver. Writing needs a tenant, so an administrator writes through
 ``acting_tenant``.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -23,22 +22,21 @@ from apiserver.params import query_params
 from apiserver.routing import API_PREFIX, Param, RouteSpec
 from apiserver.runs.query import iso
 from apiserver.services import SERVICES, Services
-from shared.db.pool import translate_db_errors
+from shared import cursors
+from shared.db.pipelines import PipelineRow, VersionRow
 from shared.errors import DependencyDown, Invalid, NotFound
+from shared.pipelines import PipelineKind, parse_body
 from shared.web import json_body
 
 MAX_BODY: Final = 1024 * 1024
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 500
-_KINDS: Final = {"data-pipelines": "data", "ml-pipelines": "ml"}
+MAX_QUERY: Final = 100
+_KINDS: Final[Mapping[str, PipelineKind]] = {"data-pipelines": "data", "ml-pipelines": "ml"}
 _ID_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
-_PIPELINE_COLUMNS: Final = (
-    "id, tenant, kind, name, description, definition_type, current_version, latest_version, "
-    "created_by, created_at, updated_at"
-)
 
 
-def _kind(request: web.Request) -> str:
+def _kind(request: web.Request) -> PipelineKind:
     return _KINDS[request.path.removeprefix(f"{API_PREFIX}/").split("/", 1)[0]]
 
 
@@ -66,68 +64,49 @@ def _limit(params: Mapping[str, list[str]]) -> int:
     return int(text)
 
 
-def _encode_cursor(key: list[Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode().rstrip("=")
-
-
-def _decode_cursor(params: Mapping[str, list[str]], shape: tuple[type, ...]) -> list[Any] | None:
+def _after(
+    services: Services, params: Mapping[str, list[str]], *, bound_to: str, shape: tuple[type, ...]
+) -> tuple[int | str, ...] | None:
     values = params.get("cursor")
     if not values:
         return None
-    text = values[0]
-    try:
-        key = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        key = None
-    if (
-        not isinstance(key, list)
-        or len(key) != len(shape)
-        or not all(type(part) is kind for part, kind in zip(key, shape, strict=True))
-    ):
-        raise Invalid("cursor: malformed cursor", details={"parameter": "cursor"})
-    return key
+    if len(values) > 1:
+        raise Invalid("cursor: may be given once", details={"parameter": "cursor"})
+    return services.cursors.decode(values[0], bound_to=bound_to, shape=shape)
 
 
-def _pipeline_item(row: Mapping[str, Any]) -> dict[str, Any]:
+def _pipeline_item(row: PipelineRow) -> dict[str, Any]:
     return {
-        "id": row["id"],
-        "tenant": row["tenant"],
-        "kind": row["kind"],
-        "name": row["name"],
-        "description": row["description"],
-        "definition_type": row["definition_type"],
-        "current_version": row["current_version"],
-        "latest_version": row["latest_version"],
-        "created_by": row["created_by"],
-        "created_at": iso(row["created_at"]),
-        "updated_at": iso(row["updated_at"]),
+        "id": row.id,
+        "tenant": row.tenant,
+        "kind": row.kind,
+        "name": row.name,
+        "description": row.description,
+        "definition_type": row.definition_type,
+        "current_version": row.current_version,
+        "latest_version": row.latest_version,
+        "created_by": row.created_by,
+        "created_at": iso(row.created_at),
+        "updated_at": iso(row.updated_at),
     }
 
 
-def _version_item(row: Mapping[str, Any], *, full: bool) -> dict[str, Any]:
-    item = {
-        "version": row["version"],
-        "template_name": row["template_name"],
-        "template_applied": row["template_removed_at"] is None,
-        "parameters": row["parameters"],
-        "created_by": row["created_by"],
-        "created_at": iso(row["created_at"]),
+def _version_item(row: VersionRow) -> dict[str, Any]:
+    return {
+        "version": row.version,
+        "template_name": row.template_name,
+        "template_applied": row.template_removed_at is None,
+        "parameters": row.parameters,
+        "created_by": row.created_by,
+        "created_at": iso(row.created_at),
+        "definition": row.definition,
+        "template": row.template,
     }
-    if full:
-        item["definition"] = row["definition"]
-        item["template"] = row["template"]
-    return item
 
 
-async def _pipeline_row(services: Services, identity: Identity, kind: str, pipeline_id: str) -> Any:
-    with translate_db_errors():
-        row = await services.pool.fetchrow(
-            f"SELECT {_PIPELINE_COLUMNS} FROM pipelines WHERE id = $1 AND kind = $2 "
-            "AND ($3::text IS NULL OR tenant = $3)",
-            pipeline_id,
-            kind,
-            identity.tenant,
-        )
+async def _visible(services: Services, identity: Identity, request: web.Request) -> PipelineRow:
+    kind, pipeline_id = _kind(request), _pipeline_id(request)
+    row = await services.pipelines.find(kind, pipeline_id, tenant=identity.tenant)
     if row is None:
         raise NotFound(f"no {kind} pipeline {pipeline_id!r}", details={"id": pipeline_id})
     return row
@@ -139,51 +118,34 @@ async def list_pipelines(request: web.Request) -> web.Response:
     identity = identity_of(request)
     params = query_params(request, {"limit", "cursor", "q"})
     limit = _limit(params)
-    after = _decode_cursor(params, (str, str))
     text = (params.get("q") or [""])[0].strip()
-    if len(text) > 100:
-        raise Invalid("q: at most 100 characters", details={"parameter": "q"})
-    pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    where = "kind = $1 AND ($2::text IS NULL OR tenant = $2) AND name ILIKE $3"
-    with translate_db_errors():
-        rows = await services.pool.fetch(
-            f"SELECT {_PIPELINE_COLUMNS} FROM pipelines WHERE {where} "
-            "AND ($4::text IS NULL OR (name, id) > ($4, $5)) ORDER BY name, id LIMIT $6",
-            _kind(request),
-            identity.tenant,
-            pattern,
-            after[0] if after else None,
-            after[1] if after else "",
-            limit + 1,
-        )
-        total = await services.pool.fetchval(
-            f"SELECT count(*) FROM pipelines WHERE {where}",
-            _kind(request),
-            identity.tenant,
-            pattern,
-        )
-    more = len(rows) > limit
-    rows = rows[:limit]
-    cursor = _encode_cursor([rows[-1]["name"], rows[-1]["id"]]) if more else None
+    if len(text) > MAX_QUERY:
+        raise Invalid(f"q: at most {MAX_QUERY} characters", details={"parameter": "q"})
+    bound_to = cursors.binding(request.path, tenant=identity.tenant, filters=text)
+    after = _after(services, params, bound_to=bound_to, shape=(str, str))
+    page = await services.pipelines.page(
+        _kind(request),
+        tenant=identity.tenant,
+        name_contains=text,
+        after=(str(after[0]), str(after[1])) if after else None,
+        limit=limit,
+    )
+    rows = page.rows[:limit]
+    cursor = None
+    if len(page.rows) > limit:
+        cursor = services.cursors.encode((rows[-1].name, rows[-1].id), bound_to=bound_to)
     return web.json_response(
-        {"items": [_pipeline_item(row) for row in rows], "next_cursor": cursor, "total": total}
+        {"items": [_pipeline_item(row) for row in rows], "next_cursor": cursor, "total": page.total}
     )
 
 
 async def read_pipeline(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
-    identity = identity_of(request)
     query_params(request, set())
-    kind, pipeline_id = _kind(request), _pipeline_id(request)
-    row = await _pipeline_row(services, identity, kind, pipeline_id)
-    with translate_db_errors():
-        version = await services.pool.fetchrow(
-            "SELECT * FROM pipeline_versions WHERE pipeline_id = $1 AND version = $2",
-            pipeline_id,
-            row["current_version"],
-        )
-    item = _pipeline_item(row)
-    item["current"] = _version_item(version, full=True) if version is not None else None
+    pipeline = await _visible(services, identity_of(request), request)
+    version = await services.pipelines.version(pipeline.id, pipeline.current_version)
+    item = _pipeline_item(pipeline)
+    item["current"] = _version_item(version) if version is not None else None
     return web.json_response(item)
 
 
@@ -192,30 +154,22 @@ async def list_versions(request: web.Request) -> web.Response:
     identity = identity_of(request)
     params = query_params(request, {"limit", "cursor"})
     limit = _limit(params)
-    after = _decode_cursor(params, (int,))
-    kind, pipeline_id = _kind(request), _pipeline_id(request)
-    pipeline = await _pipeline_row(services, identity, kind, pipeline_id)
-    with translate_db_errors():
-        rows = await services.pool.fetch(
-            "SELECT * FROM pipeline_versions WHERE pipeline_id = $1 "
-            "AND ($2::int IS NULL OR version < $2) ORDER BY version DESC LIMIT $3",
-            pipeline_id,
-            after[0] if after else None,
-            limit + 1,
-        )
-    more = len(rows) > limit
-    rows = rows[:limit]
+    pipeline = await _visible(services, identity, request)
+    bound_to = cursors.binding(request.path, tenant=identity.tenant)
+    after = _after(services, params, bound_to=bound_to, shape=(int,))
+    rows = await services.pipelines.versions(
+        pipeline.id, before=int(after[0]) if after else None, limit=limit
+    )
     items = []
-    for row in rows:
-        item = _version_item(row, full=True)
-        item["current"] = row["version"] == pipeline["current_version"]
+    for row in rows[:limit]:
+        item = _version_item(row)
+        item["current"] = row.version == pipeline.current_version
         items.append(item)
+    cursor = None
+    if len(rows) > limit:
+        cursor = services.cursors.encode((rows[limit - 1].version,), bound_to=bound_to)
     return web.json_response(
-        {
-            "items": items,
-            "next_cursor": _encode_cursor([rows[-1]["version"]]) if more else None,
-            "total": pipeline["latest_version"],
-        }
+        {"items": items, "next_cursor": cursor, "total": pipeline.latest_version}
     )
 
 
@@ -231,24 +185,31 @@ async def _compile(
     return await services.compiler.call(method, path, body)
 
 
+async def _pipeline_body(request: web.Request) -> dict[str, Any]:
+    """The body, refused here (400 naming every field) unless the compiler's model takes it."""
+    pipeline = await json_body(request, max_body=MAX_BODY)
+    parse_body(pipeline)
+    return pipeline
+
+
 async def validate(request: web.Request) -> web.Response:
     query_params(request, set())
-    pipeline = await json_body(request, max_body=MAX_BODY)
+    pipeline = await _pipeline_body(request)
     result = await _compile(request, "POST", f"{_kind(request)}/validate", {"pipeline": pipeline})
     return web.json_response(result)
 
 
 async def create(request: web.Request) -> web.Response:
     query_params(request, set())
-    pipeline = await json_body(request, max_body=MAX_BODY)
+    pipeline = await _pipeline_body(request)
     result = await _compile(request, "POST", _kind(request), {"pipeline": pipeline})
     return web.json_response(result, status=201)
 
 
 async def update(request: web.Request) -> web.Response:
     query_params(request, set())
-    pipeline = await json_body(request, max_body=MAX_BODY)
     path = f"{_kind(request)}/{_pipeline_id(request)}"
+    pipeline = await _pipeline_body(request)
     return web.json_response(await _compile(request, "PUT", path, {"pipeline": pipeline}))
 
 

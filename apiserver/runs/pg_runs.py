@@ -1,4 +1,5 @@
-"""Reading runs, their actions and the caller's access grants from PostgreSQL."""
+"""Reading runs and their actions from PostgreSQL, and the scope of runs a caller may see
+(its tenant's plus its access grants, ``apiserver.grants.pg_grants``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any, TypeAlias
 
 import asyncpg
 
-from apiserver.auth import Identity, Scope
+from apiserver.auth import Identity
+from apiserver.grants.pg_grants import GrantStore
 from apiserver.runs.query import (
     COUNT_CAP,
     Page,
@@ -21,6 +23,7 @@ from apiserver.runs.query import (
     list_query,
     summary_query,
 )
+from apiserver.scope import Scope
 from shared.db.pool import translate_db_errors
 
 # asyncpg ships no types; a Record reads like a mapping of column name to value.
@@ -38,25 +41,19 @@ class RunReader:
     def __init__(self, pool: asyncpg.Pool, *, count_cap: int = COUNT_CAP) -> None:
         self._pool = pool
         self._cap = count_cap
+        self._grants = GrantStore(pool)
 
     async def _fetch(self, query: Query) -> list[Row]:
         with translate_db_errors():
             rows: list[Row] = await self._pool.fetch(query.sql, *query.args)
         return rows
 
-    async def grants_of(self, tenant: str) -> frozenset[tuple[str, str]]:
-        with translate_db_errors():
-            rows = await self._pool.fetch(
-                "SELECT cluster_id, namespace FROM access_grants WHERE tenant = $1", tenant
-            )
-        return frozenset((row["cluster_id"], row["namespace"]) for row in rows)
-
     async def scope_of(self, identity: Identity) -> Scope:
         """The runs ``identity`` may see: its tenant's plus its grants (everything for an
         administrator not acting for a tenant)."""
         if identity.tenant is None:
             return Scope(None)
-        return Scope(identity.tenant, await self.grants_of(identity.tenant))
+        return Scope(identity.tenant, await self._grants.of_tenant(identity.tenant))
 
     async def page(self, filters: RunFilters, scope: Scope, page: Page) -> RunPage:
         rows, counted = await asyncio.gather(
@@ -84,25 +81,6 @@ class RunReader:
                 "run_uid FROM run_actions WHERE cluster_id = $1 AND namespace = $2 AND name = $3 "
                 "ORDER BY created_at DESC, id DESC LIMIT $4",
                 (cluster_id, namespace, name, limit),
-            )
-        )
-
-    async def cluster(self, cluster_id: str) -> Row | None:
-        rows = await self._fetch(
-            Query(
-                "SELECT id, name, region, provider, is_host, registered, removed_at, "
-                "argo_reachable, argo_version, last_event_at FROM clusters WHERE id = $1",
-                (cluster_id,),
-            )
-        )
-        return rows[0] if rows else None
-
-    async def clusters(self) -> list[Row]:
-        return await self._fetch(
-            Query(
-                "SELECT id, name, region, provider, is_host, registered, removed_at, "
-                "argo_reachable, argo_version, last_event_at FROM clusters "
-                "WHERE removed_at IS NULL ORDER BY name, id"
             )
         )
 

@@ -1,7 +1,8 @@
 """Filters, keyset cursors and SQL of ``GET /workflows`` and ``/workflows/summary``.
 
 Purely computational, no side effects: parsing and validating query parameters into
-``RunFilters`` (a bad one raises Invalid naming the parameter), opaque keyset cursors, the SQL
+``RunFilters`` (a bad one raises Invalid naming the parameter), keyset cursors (``shared.cursors``,
+bound to this list, the tenant, the filters and the order), the SQL
 text with its arguments, and ``matches`` — the same filters applied in memory to a change on the
 live stream, so that the list and the stream always agree.
 
@@ -12,18 +13,18 @@ exactly these expressions; keep ``SORT_KEY`` and ``TEXT_KEY`` identical to it.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
-from apiserver.auth import ACTING_TENANT_PARAM, Scope
+from apiserver.scope import Scope
+from shared import cursors
 from shared.errors import Invalid
 from shared.runs import RunPhase, RunSource
+from shared.sql import contains_pattern
 
 SORT_KEY: Final = "coalesce(started_at, created_at, '1970-01-01 00:00:00+00'::timestamptz)"
 TEXT_KEY: Final = (
@@ -31,6 +32,7 @@ TEXT_KEY: Final = (
     "coalesce(pipeline_id, ''))"
 )
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+LIST_NAME: Final = "workflows"  # what its cursors are bound to
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 500
 MAX_VALUES: Final = 50
@@ -197,24 +199,9 @@ def _single(parameter: str, raw: Sequence[str]) -> str:
     return raw[0]
 
 
-def group_params(items: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
-    """Query items (repeated keys allowed) as name -> values, in order."""
-    grouped: dict[str, list[str]] = {}
-    for key, value in items:
-        grouped.setdefault(key, []).append(value)
-    return grouped
-
-
-def check_known(params: Mapping[str, Sequence[str]], allowed: Iterable[str]) -> None:
-    """Raise Invalid naming the first parameter the route does not take."""
-    known = {*allowed, ACTING_TENANT_PARAM}
-    for name in params:
-        if name not in known:
-            raise _bad(name, "unknown query parameter")
-
-
 def parse_filters(params: Mapping[str, Sequence[str]]) -> RunFilters:
-    """The filters among ``params`` (other names are ignored here; see ``check_known``)."""
+    """The filters among ``params`` (other names are ignored here; ``apiserver.params``
+    refuses names a route does not take)."""
     values: dict[str, Any] = {}
     for parameter, attribute in LIST_FILTERS.items():
         if parameter in params:
@@ -237,8 +224,15 @@ def parse_filters(params: Mapping[str, Sequence[str]]) -> RunFilters:
     return filters
 
 
-def parse_page(params: Mapping[str, Sequence[str]], filters: RunFilters) -> Page:
-    """limit, order and cursor; the cursor must come from the same filters and order."""
+def parse_page(
+    params: Mapping[str, Sequence[str]],
+    filters: RunFilters,
+    *,
+    codec: cursors.CursorCodec,
+    tenant: str | None,
+) -> Page:
+    """limit, order and cursor; the cursor must come from the same list, tenant, filters and
+    order, signed with ``codec``'s key."""
     limit = DEFAULT_LIMIT
     if "limit" in params:
         text = _single("limit", params["limit"]).strip()
@@ -253,40 +247,37 @@ def parse_page(params: Mapping[str, Sequence[str]], filters: RunFilters) -> Page
         order = "asc" if text == "asc" else "desc"
     after = None
     if "cursor" in params:
-        after = decode_cursor(_single("cursor", params["cursor"]), filters.fingerprint(order))
+        token = _single("cursor", params["cursor"])
+        micros, run_id = codec.decode(
+            token, bound_to=cursor_binding(filters, order, tenant=tenant), shape=(int, int)
+        )
+        try:
+            sort_at = EPOCH + timedelta(microseconds=int(micros))
+        except OverflowError:
+            raise _bad("cursor", "malformed cursor") from None
+        after = Cursor(sort_at=sort_at, id=int(run_id))
     return Page(limit=limit, order=order, after=after)
 
 
 # --- cursors --------------------------------------------------------------------------------
-def encode_cursor(cursor: Cursor, fingerprint: str) -> str:
-    """An opaque, URL-safe token for the page after ``cursor``."""
+def cursor_binding(filters: RunFilters, order: Order, *, tenant: str | None) -> str:
+    """What a cursor of the run list is bound to: this list, the tenant, filters and order."""
+    return cursors.binding(LIST_NAME, tenant=tenant, filters=filters.fingerprint(order))
+
+
+def next_cursor(
+    cursor: Cursor,
+    filters: RunFilters,
+    page: Page,
+    *,
+    codec: cursors.CursorCodec,
+    tenant: str | None,
+) -> str:
+    """The opaque token for the page after ``cursor``, good only for the same list."""
     micros = (cursor.sort_at - EPOCH) // timedelta(microseconds=1)  # exact, no float
-    doc = json.dumps([micros, cursor.id, fingerprint], separators=(",", ":"))
-    return base64.urlsafe_b64encode(doc.encode()).decode().rstrip("=")
-
-
-def decode_cursor(token: str, fingerprint: str) -> Cursor:
-    """Inverse of ``encode_cursor``; Invalid for anything malformed or from another list."""
-    try:
-        padded = token + "=" * (-len(token) % 4)
-        doc = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
-    except (ValueError, binascii.Error, UnicodeError):
-        raise _bad("cursor", "malformed cursor") from None
-    if (
-        not isinstance(doc, list)
-        or len(doc) != 3
-        or not all(isinstance(v, int) and not isinstance(v, bool) for v in doc[:2])
-        or not isinstance(doc[2], str)
-    ):
-        raise _bad("cursor", "malformed cursor")
-    micros, run_id, given = doc
-    if given != fingerprint:
-        raise _bad("cursor", "the cursor belongs to other filters or another order")
-    try:
-        sort_at = EPOCH + timedelta(microseconds=micros)
-    except OverflowError:
-        raise _bad("cursor", "malformed cursor") from None
-    return Cursor(sort_at=sort_at, id=run_id)
+    return codec.encode(
+        (micros, cursor.id), bound_to=cursor_binding(filters, page.order, tenant=tenant)
+    )
 
 
 # --- SQL --------------------------------------------------------------------------------------
@@ -311,11 +302,6 @@ def _scope_condition(scope: Scope, sql: _Builder) -> str | None:
     return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
 
 
-def escape_like(text: str) -> str:
-    """``text`` as a literal inside an ILIKE pattern (backslash is the escape)."""
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
 def _conditions(filters: RunFilters, scope: Scope, sql: _Builder) -> list[str]:
     conditions: list[str] = []
     scoped = _scope_condition(scope, sql)
@@ -328,7 +314,7 @@ def _conditions(filters: RunFilters, scope: Scope, sql: _Builder) -> list[str]:
         elif values:
             conditions.append(f"{column} = ANY({sql.param(list(values))}::text[])")
     if filters.text is not None:
-        conditions.append(f"{TEXT_KEY} ILIKE {sql.param('%' + escape_like(filters.text) + '%')}")
+        conditions.append(f"{TEXT_KEY} ILIKE {sql.param(contains_pattern(filters.text))}")
     if filters.started_after is not None:
         conditions.append(f"{SORT_KEY} >= {sql.param(filters.started_after)}")
     if filters.started_before is not None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from apiserver.auth import Identity, Permission, Scope, identity_of
+from apiserver.auth import Identity, Permission, identity_of
 from apiserver.params import query_params
 from apiserver.routing import API_PREFIX, Param, RouteSpec
 from apiserver.runs.pg_runs import Row, action_item
@@ -21,12 +21,13 @@ from apiserver.runs.query import (
     PAGE_PARAMS,
     TEXT_PARAM,
     Cursor,
-    encode_cursor,
     iso,
+    next_cursor,
     parse_filters,
     parse_page,
     run_item,
 )
+from apiserver.scope import Scope
 from apiserver.services import SERVICES, Services
 from shared.errors import NotFound
 from shared.runs import RunPhase
@@ -79,22 +80,27 @@ async def _scope(services: Services, identity: Identity) -> Scope:
 
 async def list_runs(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
+    identity = identity_of(request)
     params = query_params(request, FILTER_PARAMS | PAGE_PARAMS)
     filters = parse_filters(params)
-    page = parse_page(params, filters)
-    scope = await _scope(services, identity_of(request))
+    page = parse_page(params, filters, codec=services.cursors, tenant=identity.tenant)
+    scope = await _scope(services, identity)
     result = await services.runs.page(filters, scope, page)
     rows = list(result.rows[: page.limit])
-    next_cursor = None
+    cursor = None
     if len(result.rows) > page.limit:
         last = rows[-1]
-        next_cursor = encode_cursor(
-            Cursor(sort_at=last["sort_at"], id=last["id"]), filters.fingerprint(page.order)
+        cursor = next_cursor(
+            Cursor(sort_at=last["sort_at"], id=last["id"]),
+            filters,
+            page,
+            codec=services.cursors,
+            tenant=identity.tenant,
         )
     return web.json_response(
         {
             "items": [run_item(row) for row in rows],
-            "next_cursor": next_cursor,
+            "next_cursor": cursor,
             "total": result.total,
             "total_capped": result.capped,
         }
@@ -130,7 +136,7 @@ async def visible_run(request: web.Request) -> tuple[Services, Identity, Row]:
     cluster_id = request.match_info["cluster"]
     namespace = request.match_info["ns"]
     name = request.match_info["name"]
-    if await services.runs.cluster(cluster_id) is None:
+    if await services.clusters.get(cluster_id) is None:
         raise NotFound(f"no cluster {cluster_id!r}", details={"cluster": cluster_id})
     scope = await _scope(services, identity)
     row = await services.runs.find(scope, cluster_id=cluster_id, namespace=namespace, name=name)

@@ -13,8 +13,8 @@ from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from apiserver.auth import Scope
 from apiserver.runs.query import RunFilters, matches
+from apiserver.scope import Scope
 
 GroupKey = tuple[Scope, RunFilters]
 M = TypeVar("M", bound=Hashable)

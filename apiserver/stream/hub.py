@@ -28,8 +28,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from apiserver.auth import Identity, Scope
 from apiserver.runs.query import RunFilters, matches, run_item
+from apiserver.scope import Scope
 from apiserver.stream.fanout import Recent, Routing, narrow_tenant
 from apiserver.stream.scopes import ScopeCache
 from apiserver.stream.sse import frame
@@ -200,9 +200,10 @@ class StreamHub:
                 subscriber.missed = [item for item in held if subscriber.wants(item.change)]
         return subscriber
 
-    async def scope_of(self, identity: Identity) -> Scope:
-        """The runs ``identity`` may see, as its streams see them (grants included)."""
-        return await self.scopes.scope_of(identity.tenant, self._load_scope)
+    async def scope_of(self, tenant: str | None) -> Scope:
+        """The runs a caller of ``tenant`` (None: an administrator for everyone) may see, as
+        its streams see them (grants included)."""
+        return await self.scopes.scope_of(tenant, self._load_scope)
 
     async def _load_scope(self, tenant: str | None) -> Scope:
         if tenant is None:

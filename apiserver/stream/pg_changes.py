@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from apiserver.runs.pg_runs import RunReader
+from apiserver.grants.pg_grants import GrantStore
 from apiserver.runs.query import LIST_COLUMNS
 from apiserver.stream.hub import Change
 from shared.config import Settings
@@ -54,10 +54,10 @@ class PgChangeSource:
     def __init__(self, pool: asyncpg.Pool, *, dsn: Settings | str) -> None:
         self._pool = pool
         self._dsn = dsn
-        self._runs = RunReader(pool)
+        self._grants = GrantStore(pool)
 
     async def grants_of(self, tenant: str) -> frozenset[tuple[str, str]]:
-        return await self._runs.grants_of(tenant)
+        return await self._grants.of_tenant(tenant)
 
     async def latest(self) -> int:
         with translate_db_errors():

@@ -120,11 +120,11 @@ async def stream(request: web.Request) -> web.StreamResponse:
     else:
         given = next(iter(params.get(LAST_EVENT_ID_PARAM, [])), None)
         last_id = parse_last_event_id(given, parameter=LAST_EVENT_ID_PARAM)
-    scope = await hub.scope_of(identity)
+    scope = await hub.scope_of(identity.tenant)
     if not hub.started.is_set():
         await _started(hub)
         # Read again: grants changed before the hub listened were announced to nobody.
-        scope = await hub.scope_of(identity)
+        scope = await hub.scope_of(identity.tenant)
     # No await between the look-up and the subscription: a grants change the hub applies
     # from here on finds this stream among the tenant's.
     subscriber = hub.subscribe(filters, scope, resume_after=last_id)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from apiserver.auth import Scope
+from apiserver.scope import Scope
 
 ScopeLoader = Callable[[str | None], Awaitable[Scope]]
 

@@ -1,4 +1,5 @@
-"""PostgreSQL access shared by every deployable: the asyncpg pool and the migration runner."""
+"""PostgreSQL access shared by every deployable: the asyncpg pool, the migration runner, and the
+repositories of tables more than one deployable uses (``pipelines``, ``clusters``, ``audit``)."""
 
 from shared.db.migrations import MigrationError, apply_migrations, load_migrations
 from shared.db.pool import SCHEMA, create_pool, translate_db_errors

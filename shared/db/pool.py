@@ -7,7 +7,7 @@ decodes ``json``/``jsonb`` to Python values and back with the standard ``json`` 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -66,6 +66,18 @@ def translate_db_errors() -> Iterator[None]:
         if not is_unavailable(exc):
             raise
         raise unavailable_error(exc) from exc
+
+
+def database_ready(pool: asyncpg.Pool) -> Callable[[], Awaitable[None]]:
+    """The ``postgresql`` readiness check every deployable registers: while PostgreSQL is away
+    it fails with a reason (DependencyDown), not an exception logged with a traceback for
+    every probe."""
+
+    async def check() -> None:
+        with translate_db_errors():
+            await pool.fetchval("SELECT 1")
+
+    return check
 
 
 async def init_connection(conn: asyncpg.Connection) -> None:

@@ -1,5 +1,9 @@
 """The Argo workflow controller, simulated: watches Workflows in a ClusterStore and drives them
-through phases, nodes and pods; archives step logs; garbage-collects pods."""
+through phases, nodes and pods; archives step logs; garbage-collects pods.
+
+Several controllers can share one store, as on a cluster running more than one: each manages
+only the workflows its instance ID selects (`restrictions.manages`), and one configured with
+`templateReferencing: Strict` errors any workflow that does not reference a template."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from sim.argo.lint import LintError, lint_spec
 from sim.argo.naming import (
     FULFILLED,
     LABEL_COMPLETED,
+    LABEL_CONTROLLER_INSTANCE_ID,
     LABEL_PHASE,
     LABEL_WORKFLOW,
     LABEL_WORKFLOW_TEMPLATE,
@@ -26,6 +31,13 @@ from sim.argo.naming import (
     is_completed,
     iso,
     parse_iso,
+)
+from sim.argo.restrictions import (
+    TemplateReferencing,
+    instance_selector,
+    manages,
+    reference_mode_error,
+    sanitize_user_spec,
 )
 from sim.argo.templates import DEFAULT_KEY_FORMAT, effective_spec
 from sim.kube.types import ApiError, ResourceType, WatchEvent
@@ -42,8 +54,9 @@ Key = tuple[str, str]
 
 
 class ArgoSimulator:
-    """Drives the Workflows of one cluster. Call `step()` to advance time by one tick, or
-    `start()` to tick every `tick` seconds in the background until `stop()`."""
+    """Drives the Workflows of one cluster that its `instance_id` selects (labelled with it;
+    without one, unlabelled). Call `step()` to advance time by one tick, or `start()` to tick
+    every `tick` seconds in the background until `stop()`."""
 
     def __init__(
         self,
@@ -54,8 +67,12 @@ class ArgoSimulator:
         archive: S3Archive | None = None,
         pod_gc_delay: float = 5.0,
         key_format: str = DEFAULT_KEY_FORMAT,
+        instance_id: str | None = None,
+        template_referencing: TemplateReferencing | None = None,
     ) -> None:
         self.store = store
+        self.instance_id = instance_id or None
+        self.template_referencing = template_referencing
         self.tick = tick
         self.clock = clock
         self.archive = archive
@@ -74,7 +91,7 @@ class ArgoSimulator:
         self._runs: dict[Key, podsim.PodRun] = {}
         self._task: asyncio.Task[None] | None = None
         self._unsubscribe = store.subscribe(self._on_event)
-        items, _ = store.list(self.workflows, None)
+        items, _ = store.list(self.workflows, None, label_selector=instance_selector(instance_id))
         for workflow in items:
             self._track(workflow)
 
@@ -83,7 +100,8 @@ class ArgoSimulator:
     def start(self) -> None:
         """Tick in the background (idempotent)."""
         if self._task is None:
-            self._task = asyncio.create_task(self.run(), name=f"argo-sim-{self.store.name}")
+            name = f"argo-sim-{self.store.name}-{self.instance_id or 'default'}"
+            self._task = asyncio.create_task(self.run(), name=name)
 
     async def stop(self) -> None:
         """Stop ticking and stop watching the store."""
@@ -100,7 +118,9 @@ class ArgoSimulator:
             try:
                 await self.step()
             except Exception:
-                log.exception("argo_sim_tick_failed", cluster=self.store.name)
+                log.exception(
+                    "argo_sim_tick_failed", cluster=self.store.name, instance_id=self.instance_id
+                )
             await asyncio.sleep(self.tick)
 
     async def run_until_settled(self, *, max_steps: int = 200) -> None:
@@ -117,7 +137,11 @@ class ArgoSimulator:
         metadata = obj.get("metadata") or {}
         key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
         if rtype.key == self.workflows.key:
-            if event["type"] == "DELETED":
+            if not manages(metadata.get("labels"), self.instance_id):
+                # Another controller's, or relabelled away: out of this one's informer.
+                self._active.discard(key)
+                self._adopted.discard(key)
+            elif event["type"] == "DELETED":
                 self._active.discard(key)
                 self._adopted.discard(key)
                 self._gc_due[key] = self.clock()
@@ -174,7 +198,9 @@ class ArgoSimulator:
                 self._active.discard(key)
                 return
             raise
-        if is_completed(workflow):
+        if is_completed(workflow) or not manages(
+            workflow["metadata"].get("labels"), self.instance_id
+        ):
             self._active.discard(key)
             return
         if key not in self._adopted:
@@ -232,7 +258,16 @@ class ArgoSimulator:
         annotations.setdefault("workflows.argoproj.io/pod-name-format", "v2")
         status: Obj = workflow["status"]
         status["startedAt"] = iso(now)
-        ref = (workflow.get("spec") or {}).get("workflowTemplateRef")
+        own_spec: Obj = workflow.get("spec") or {}
+        submitted = workflow
+        if self.template_referencing:
+            refused = reference_mode_error(own_spec)
+            if refused is not None:
+                self._fail_to_start(workflow, refused, now)
+                return
+            # What a Strict controller merges over the template: the overridable fields only.
+            submitted = {"spec": sanitize_user_spec(own_spec)}
+        ref = own_spec.get("workflowTemplateRef")
         template: Obj | None = None
         if ref:
             try:
@@ -248,7 +283,7 @@ class ArgoSimulator:
                 self._fail_to_start(workflow, error.message, now)
                 return
             labels[LABEL_WORKFLOW_TEMPLATE] = str(ref.get("name"))
-        spec = effective_spec(workflow, template)
+        spec = effective_spec(submitted, template)
         try:
             lint_spec(spec)
         except LintError as error:
@@ -389,6 +424,10 @@ class ArgoSimulator:
             on_exit=launch.on_exit,
             service_account=str(spec.get("serviceAccountName") or "default"),
         )
+        if self.instance_id:  # as Argo labels its pods (and its pod informer selects them)
+            manifest["metadata"].setdefault("labels", {})[LABEL_CONTROLLER_INSTANCE_ID] = (
+                self.instance_id
+            )
         try:
             self.store.create(self.pods, namespace, manifest)
         except ApiError as error:
@@ -406,7 +445,8 @@ class ArgoSimulator:
         items, _ = self.store.list(self.pods, namespace)
         for pod in items:
             metadata = pod.get("metadata") or {}
-            if (metadata.get("labels") or {}).get(LABEL_WORKFLOW) != workflow:
+            labels = metadata.get("labels") or {}
+            if labels.get(LABEL_WORKFLOW) != workflow or not manages(labels, self.instance_id):
                 continue
             key = (namespace, str(metadata.get("name")))
             if key in self._runs:

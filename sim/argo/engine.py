@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from shared import quantity
 from sim.argo.groups import NodeSpec, execute_dag, execute_steps, stopped_message
 from sim.argo.naming import (
     FAILED,
@@ -70,41 +71,15 @@ class PassOutcome:
     """(pod name, node id) of the pod nodes that completed during this pass."""
 
 
-def quantity(text: object, *, memory: bool) -> float | None:
-    """A Kubernetes quantity ("500m", "2", "256Mi", "1G") as a float of base units."""
-    raw = str(text).strip()
-    suffixes = {
-        "Ki": 1024.0,
-        "Mi": 1024.0**2,
-        "Gi": 1024.0**3,
-        "Ti": 1024.0**4,
-        "k": 1e3,
-        "M": 1e6,
-        "G": 1e9,
-        "T": 1e12,
-        "m": 1e-3,
-    }
-    for suffix, factor in suffixes.items():
-        if raw.endswith(suffix) and (memory or suffix == "m"):
-            try:
-                return float(raw[: -len(suffix)]) * factor
-            except ValueError:
-                return None
-    try:
-        return float(raw)
-    except ValueError:
-        return None
-
-
 def resources_duration(template: Obj, seconds: float) -> dict[str, int]:
     """Argo's resourcesDuration for one pod: seconds * request / base unit, rounded up."""
     requests = (
         (template.get("container") or template.get("script") or {}).get("resources") or {}
     ).get("requests") or {}
-    cpu = quantity(requests.get("cpu"), memory=False) if "cpu" in requests else None
-    memory = quantity(requests.get("memory"), memory=True) if "memory" in requests else None
-    cpu = DEFAULT_CPU if cpu is None else cpu
-    memory = DEFAULT_MEMORY if memory is None else memory
+    cpu_request = quantity.parse_or_none(requests.get("cpu"))
+    memory_request = quantity.parse_or_none(requests.get("memory"))
+    cpu = DEFAULT_CPU if cpu_request is None else float(cpu_request)
+    memory = DEFAULT_MEMORY if memory_request is None else float(memory_request)
     return {
         "cpu": max(1, math.ceil(seconds * cpu / CPU_BASE)),
         "memory": max(1, math.ceil(seconds * memory / MEMORY_BASE)),

@@ -19,6 +19,7 @@ LABEL_WORKFLOW_TEMPLATE = LABEL_PREFIX + "workflow-template"
 LABEL_ON_EXIT = LABEL_PREFIX + "on-exit"
 LABEL_RESUBMITTED_FROM = LABEL_PREFIX + "resubmitted-from-workflow"
 LABEL_ARCHIVING_STATUS = LABEL_PREFIX + "workflow-archiving-status"
+LABEL_CONTROLLER_INSTANCE_ID = LABEL_PREFIX + "controller-instanceid"
 LABEL_CREATORS = tuple(
     LABEL_PREFIX + s for s in ("creator", "creator-email", "creator-preferred-username")
 )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from shared.storage import namespace_prefix
-from sim.argo.naming import Obj
+from sim.argo.naming import LABEL_CONTROLLER_INSTANCE_ID, Obj
 from sim.kube.types import ApiError, ResourceType
 
 if TYPE_CHECKING:
@@ -276,15 +276,24 @@ def sample_workflow(rng: random.Random) -> tuple[str, Obj]:
 
 
 async def submit_sample_workflows(
-    store: ClusterStore, rate: float, *, seed: int | None = None, limit: int | None = None
+    store: ClusterStore,
+    rate: float,
+    *,
+    seed: int | None = None,
+    limit: int | None = None,
+    data_instance_id: str | None = None,
 ) -> None:
-    """Submit sample runs at `rate` per second (forever, or `limit` runs)."""
+    """Submit sample runs at `rate` per second (forever, or `limit` runs). With
+    `data_instance_id` (the host), runs in tenant namespaces carry it, as the compiler's do, and
+    so run on the data controller."""
     install_samples(store)
     workflows = store.resolve("argoproj.io", "v1alpha1", "workflows")
     rng = random.Random(seed)
     submitted = 0
     while limit is None or submitted < limit:
         namespace, workflow = sample_workflow(rng)
+        if data_instance_id and namespace.startswith("kubeopera-data-"):
+            workflow["metadata"]["labels"] = {LABEL_CONTROLLER_INSTANCE_ID: data_instance_id}
         store.create(workflows, namespace, workflow)
         submitted += 1
         await asyncio.sleep(rng.expovariate(rate) if rate > 0 else 1.0)

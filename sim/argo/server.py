@@ -1,5 +1,8 @@
 """The Argo server's HTTP API (grpc-gateway JSON), served behind the Kubernetes API service
-proxy at `argo/argo-server:2746`. Only the routes the project calls, plus a few for tests."""
+proxy at `argo/argo-server:2746` (and, on the host, the data controller's at
+`kubeopera-argo-data/argo-data-server:2746`). Only the routes the project calls, plus a few for
+tests. A server run with an instance ID (`--instanceid`) labels what it creates with it and
+refuses other instances' workflows, as Argo's does."""
 
 from __future__ import annotations
 
@@ -11,10 +14,22 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from shared.labels import DATA_CONTROLLER_INSTANCE_ID
 from sim.argo import actions
 from sim.argo.actions import ActionError
 from sim.argo.lint import LintError, lint_spec
-from sim.argo.naming import LABEL_WORKFLOW, LABEL_WORKFLOW_TEMPLATE, Obj
+from sim.argo.naming import (
+    LABEL_CONTROLLER_INSTANCE_ID,
+    LABEL_WORKFLOW,
+    LABEL_WORKFLOW_TEMPLATE,
+    Obj,
+)
+from sim.argo.restrictions import (
+    instance_selector,
+    label_instance,
+    manages,
+    not_managed_message,
+)
 from sim.argo.templates import effective_spec, override_parameters
 from sim.kube.types import ApiError
 
@@ -24,6 +39,11 @@ if TYPE_CHECKING:
 ARGO_NAMESPACE = "argo"
 ARGO_SERVICE = "argo-server"
 ARGO_PORT = "2746"
+# The host's second Argo, for tenants' pipelines: where ARGO_DATA_SERVER_URL's default points,
+# and the default of ARGO_DATA_INSTANCE_ID.
+DATA_ARGO_NAMESPACE = "kubeopera-argo-data"
+DATA_ARGO_SERVICE = "argo-data-server"
+DATA_INSTANCE_ID = DATA_CONTROLLER_INSTANCE_ID
 VERSION = {
     "version": "v3.6.2",
     "buildDate": "2024-12-02T00:00:00Z",
@@ -55,9 +75,16 @@ def _api_error_code(error: ApiError) -> int:
 class ArgoServer:
     """Routes of the Argo server over one cluster's store."""
 
-    def __init__(self, store: ClusterStore, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: ClusterStore,
+        *,
+        clock: Callable[[], float] = time.time,
+        instance_id: str | None = None,
+    ) -> None:
         self.store = store
         self.clock = clock
+        self.instance_id = instance_id or None
         self.workflows = store.resolve("argoproj.io", "v1alpha1", "workflows")
         self.templates = store.resolve("argoproj.io", "v1alpha1", "workflowtemplates")
         self.pods = store.resolve("", "v1", "pods")
@@ -82,9 +109,15 @@ class ArgoServer:
             ("PUT", re.compile(rf"api/v1/workflows/{ns}/{name}/terminate"), self.terminate),
         ]
 
-    def register(self) -> Callable[[], None]:
-        """Serve behind `argo/argo-server:2746`; returns unregister."""
-        return self.store.register_proxy(ARGO_NAMESPACE, ARGO_SERVICE, ARGO_PORT, self.handle)
+    def register(
+        self,
+        *,
+        namespace: str = ARGO_NAMESPACE,
+        service: str = ARGO_SERVICE,
+        port: str = ARGO_PORT,
+    ) -> Callable[[], None]:
+        """Serve behind `<namespace>/<service>:<port>`; returns unregister."""
+        return self.store.register_proxy(namespace, service, port, self.handle)
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         """Route one proxied request; errors become grpc-gateway error bodies."""
@@ -122,7 +155,11 @@ class ArgoServer:
         return body
 
     def _get(self, args: dict[str, str]) -> Obj:
-        return self.store.get(self.workflows, args["ns"], args["name"])
+        """The workflow, if this server's instance manages it (InvalidArgument otherwise)."""
+        workflow = self.store.get(self.workflows, args["ns"], args["name"])
+        if not manages(workflow["metadata"].get("labels"), self.instance_id):
+            raise ActionError(actions.INVALID_ARGUMENT, not_managed_message(args["name"]))
+        return workflow
 
     def _save(self, workflow: Obj) -> Obj:
         metadata = workflow["metadata"]
@@ -140,11 +177,14 @@ class ArgoServer:
         return _json(self._get(args))
 
     async def list(self, request: web.Request, args: dict[str, str]) -> web.StreamResponse:
-        selector = request.query.get("listOptions.labelSelector") or None
+        selectors = [request.query.get("listOptions.labelSelector") or ""]
+        selectors.append(instance_selector(self.instance_id))
+        selector = ",".join(part for part in selectors if part)
         items, rv = self.store.list(self.workflows, args["ns"], label_selector=selector)
         return _json({"metadata": {"resourceVersion": rv}, "items": items})
 
     async def delete(self, request: web.Request, args: dict[str, str]) -> web.StreamResponse:
+        self._get(args)
         self.store.delete(self.workflows, args["ns"], args["name"])
         return _json({})
 
@@ -153,6 +193,7 @@ class ArgoServer:
         workflow = body.get("workflow")
         if not isinstance(workflow, dict):
             raise ActionError(actions.INVALID_ARGUMENT, "workflow is required")
+        label_instance(workflow, self.instance_id)
         self._lint_workflow(args["ns"], workflow)
         if body.get("serverDryRun"):
             return _json(workflow)
@@ -168,6 +209,9 @@ class ArgoServer:
         self.store.get(self.templates, args["ns"], name)
         options: Obj = body.get("submitOptions") or {}
         labels = {LABEL_WORKFLOW_TEMPLATE: name}
+        if self.instance_id:
+            labels[LABEL_CONTROLLER_INSTANCE_ID] = self.instance_id
+        # Then the submitter's labels, over it: Argo applies submitOptions after its own.
         for pair in str(options.get("labels") or "").split(","):
             key, sep, value = pair.partition("=")
             if sep:
@@ -212,6 +256,7 @@ class ArgoServer:
         workflow = body.get("workflow")
         if not isinstance(workflow, dict):
             raise ActionError(actions.INVALID_ARGUMENT, "workflow is required")
+        label_instance(workflow, self.instance_id)
         self._lint_workflow(args["ns"], workflow)
         return _json(workflow)
 
@@ -220,6 +265,7 @@ class ArgoServer:
         template = body.get("template")
         if not isinstance(template, dict):
             raise ActionError(actions.INVALID_ARGUMENT, "template is required")
+        label_instance(template, self.instance_id)
         metadata = template.get("metadata") or {}
         if not (metadata.get("name") or metadata.get("generateName")):
             raise ActionError(actions.INVALID_ARGUMENT, "metadata.name is required")

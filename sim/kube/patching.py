@@ -13,15 +13,19 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
 
-def patch_media(content_type: str) -> str:
-    """The media type of a PATCH request; 415 unless one of the three patch types."""
+def patch_media(content_type: str, *, custom: bool = False) -> str:
+    """The media type of a PATCH request; 415 unless a patch type the resource accepts (a custom
+    resource takes no strategic merge patch: it has no Go struct to carry patch strategies)."""
     media = content_type.split(";", 1)[0].strip().lower()
-    if media not in (MERGE_PATCH, STRATEGIC_MERGE_PATCH, JSON_PATCH):
+    accepted = (
+        (JSON_PATCH, MERGE_PATCH) if custom else (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH)
+    )
+    if media not in accepted:
         raise ApiError(
             415,
             "UnsupportedMediaType",
-            f"the body of the request was in an unknown format ({media}) - accepted media "
-            f"types include: {JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_MERGE_PATCH}",
+            "the body of the request was in an unknown format - accepted media types include: "
+            + ", ".join(accepted),
         )
     return media
 

@@ -130,6 +130,16 @@ def field_value(obj: Mapping[str, Any], path: tuple[str, ...]) -> str:
     return ""
 
 
+def check_custom_resource_fields(selector: FieldSelector, *, namespaced: bool) -> None:
+    """Custom resources select on metadata.name, and metadata.namespace when namespaced (a CRD
+    declaring selectableFields is not emulated): 400 otherwise, in apiextensions-apiserver's
+    words."""
+    for requirement in selector.requirements:
+        label = ".".join(requirement.path)
+        if label != "metadata.name" and not (namespaced and label == "metadata.namespace"):
+            raise ApiError(400, "BadRequest", f"field label not supported: {label}")
+
+
 def parse_field_selector(text: str) -> FieldSelector:
     """Parse `metadata.name=x,status.phase!=Running`; 400 BadRequest when malformed."""
     requirements: list[FieldRequirement] = []

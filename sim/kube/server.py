@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import datetime
 import hmac
 import json
 import logging
 import secrets
+import ssl
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+import trustme
 import yaml
 from aiohttp import web
 
+from sim.kube.certificates import ca_data, server_context, test_ca
 from sim.kube.objects import Stored, dumps
 from sim.kube.store import ClusterStore
 from sim.kube.types import ApiError, JsonObject, ResourceType
@@ -35,9 +39,6 @@ SERVER_VERSION: JsonObject = {
 _TRUE = ("true", "True", "1")
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 _LIVENESS_CHECK_S = 5.0
-_BUILTIN_GROUPS = frozenset(
-    {"", "apps", "rbac.authorization.k8s.io", "networking.k8s.io", "coordination.k8s.io"}
-)
 
 
 def _json(status: int, body: Any) -> web.Response:
@@ -96,9 +97,7 @@ class _Api:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:
-            if self._authorization is not None and not hmac.compare_digest(
-                request.headers.get("Authorization", "").encode(), self._authorization.encode()
-            ):
+            if not self._authenticated(request):
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             return await self._route(request)
         except ApiError as error:
@@ -106,6 +105,18 @@ class _Api:
         except Exception:  # a bug in the emulator must reach the client as a 500 Status
             log.exception("kube_emulator_internal_error path=%s", request.path)
             return _error(ApiError(500, "InternalError", "internal error in the emulator"))
+
+    def _authenticated(self, request: web.Request) -> bool:
+        """The bearer token, or a client certificate the TLS handshake verified against the
+        cluster's CA (as a real API server trusts its client CA)."""
+        if self._authorization is None:
+            return True
+        if hmac.compare_digest(
+            request.headers.get("Authorization", "").encode(), self._authorization.encode()
+        ):
+            return True
+        transport = request.transport
+        return transport is not None and bool(transport.get_extra_info("peercert"))
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         parts = request.rel_url.raw_path.split("/")[1:]
@@ -394,7 +405,7 @@ def _deleted(rtype: ResourceType, deleted: Stored) -> web.Response:
     """Built-in types answer an immediate delete with a success Status, custom resources and
     deletions held by finalizers with the object, as the API server does."""
     meta = deleted.meta
-    if rtype.group in _BUILTIN_GROUPS and not meta.get("finalizers"):
+    if not rtype.custom and not meta.get("finalizers"):
         details = {"name": meta["name"], "group": rtype.group, "kind": rtype.plural}
         details["uid"] = meta.get("uid", "")
         status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
@@ -430,7 +441,7 @@ def create_app(store: ClusterStore, *, token: str | None = None) -> web.Applicat
 
 @dataclass
 class RunningCluster:
-    """An emulated cluster served on a local port."""
+    """An emulated cluster served on a local port (over TLS unless started with tls=False)."""
 
     name: str
     store: ClusterStore
@@ -438,6 +449,7 @@ class RunningCluster:
     token: str
     kubeconfig: str
     _runner: web.AppRunner = field(repr=False)
+    ca: trustme.CA | None = None  # the CA of its serving certificate; None over plain HTTP
 
     @property
     def kube_system_uid(self) -> str:
@@ -452,13 +464,32 @@ class RunningCluster:
         await self._runner.cleanup()
 
 
-def kubeconfig_yaml(name: str, url: str, token: str) -> str:
-    """A kubeconfig for `url` with bearer-token auth, its context named `name`."""
+def kubeconfig_yaml(
+    name: str,
+    url: str,
+    token: str | None,
+    *,
+    ca: trustme.CA | None = None,
+    client_cert: tuple[str, str] | None = None,
+    tls_server_name: str | None = None,
+) -> str:
+    """A kubeconfig for `url`, its context named `name`: bearer-token auth (or a client
+    certificate: (certificate data, key data)), trusting `ca` when given."""
+    cluster: JsonObject = {"server": url}
+    if ca is not None:
+        cluster["certificate-authority-data"] = ca_data(ca)
+    if tls_server_name is not None:
+        cluster["tls-server-name"] = tls_server_name
+    user: JsonObject = {}
+    if token is not None:
+        user["token"] = token
+    if client_cert is not None:
+        user["client-certificate-data"], user["client-key-data"] = client_cert
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": url}}],
-        "users": [{"name": f"{name}-user", "user": {"token": token}}],
+        "clusters": [{"name": name, "cluster": cluster}],
+        "users": [{"name": f"{name}-user", "user": user}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": f"{name}-user"}}],
         "current-context": name,
         "preferences": {},
@@ -475,26 +506,41 @@ async def start_cluster(
     token: str | None = None,
     kube_system_uid: str | None = None,
     bookmark_interval: float = 1.0,
+    tls: bool = True,
+    ca: trustme.CA | None = None,
+    certificate_expires: datetime.datetime | None = None,
 ) -> RunningCluster:
-    """Serve a new (or the given) cluster store on `host:port` (0 picks a free port)."""
+    """Serve a new (or the given) cluster store on `host:port` (0 picks a free port).
+
+    Over TLS by default, with a certificate for `host` and localhost from `ca` (the process's
+    test CA when None); `certificate_expires` in the past serves an expired one.
+    """
     if store is None:
         store = ClusterStore(
             name, kube_system_uid=kube_system_uid, bookmark_interval=bookmark_interval
         )
     token = token or secrets.token_urlsafe(24)
+    ssl_context: ssl.SSLContext | None = None
+    if tls:
+        ca = ca or test_ca()
+        hosts = tuple(dict.fromkeys((host, "localhost")))
+        ssl_context = server_context(ca, hosts, not_after=certificate_expires)
+    else:
+        ca = None
     runner = web.AppRunner(
         create_app(store, token=token), access_log=None, handle_signals=False, shutdown_timeout=1.0
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     await site.start()
     bound_port = runner.addresses[0][1]
-    url = f"http://{host}:{bound_port}"
+    url = f"{'https' if tls else 'http'}://{host}:{bound_port}"
     return RunningCluster(
         name=name,
         store=store,
         url=url,
         token=token,
-        kubeconfig=kubeconfig_yaml(name, url, token),
+        kubeconfig=kubeconfig_yaml(name, url, token, ca=ca),
         _runner=runner,
+        ca=ca,
     )

@@ -7,6 +7,11 @@ from typing import Any, Literal, TypedDict
 
 JsonObject = dict[str, Any]
 EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]
+# The groups the API server itself serves among those registered; the rest are custom resources,
+# served by apiextensions-apiserver with its own, narrower rules.
+BUILTIN_GROUPS = frozenset(
+    {"", "apps", "rbac.authorization.k8s.io", "networking.k8s.io", "coordination.k8s.io"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +35,11 @@ class ResourceType:
     @property
     def list_kind(self) -> str:
         return f"{self.kind}List"
+
+    @property
+    def custom(self) -> bool:
+        """A custom resource (a CRD's), not one the API server has built in."""
+        return self.group not in BUILTIN_GROUPS
 
 
 class WatchEvent(TypedDict):

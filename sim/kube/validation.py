@@ -15,6 +15,7 @@ _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _PATH_SEGMENT_NAME = re.compile(r"^[^/%]+$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_ROLE_REF_KINDS = frozenset({"RoleBinding", "ClusterRoleBinding"})
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
@@ -51,6 +52,20 @@ def validate_metadata(rtype: ResourceType, obj: JsonObject) -> None:
     finalizers = meta.get("finalizers") or []
     if not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers):
         raise ApiError(422, "Invalid", "metadata.finalizers must be a list of strings")
+
+
+def check_unchanged_fields(rtype: ResourceType, old: JsonObject, new: JsonObject) -> None:
+    """422 Invalid for an update of a field the API server never changes in place: a binding's
+    roleRef (delete the binding and create it again instead)."""
+    if rtype.group != "rbac.authorization.k8s.io" or rtype.kind not in _ROLE_REF_KINDS:
+        return
+    if old.get("roleRef") != new.get("roleRef"):
+        raise ApiError(
+            422,
+            "Invalid",
+            f'{rtype.kind}.rbac.authorization.k8s.io "{old["metadata"]["name"]}" is invalid: '
+            "roleRef: Invalid value: cannot change roleRef",
+        )
 
 
 def valid_label_key(key: Any) -> bool:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from shared.clusters import provisional_host_id
 from shared.runs import ClusterRef
 from sim.argo.samples import install_samples
 from sim.kube.types import ApiError
@@ -199,6 +200,29 @@ async def test_submit_from_a_template(api: Api, cluster: SimCluster) -> None:
         f"/api/v1/workflow-templates/nope/{NS}/etl-daily/submit", headers=headers(), json={}
     )
     assert response.status == 404
+
+
+async def test_a_tenant_run_submitted_on_the_host_runs_on_the_data_controller(
+    api: Api, world: World
+) -> None:
+    host = world.host
+    host_id = provisional_host_id(host.kube_system_uid)  # unregistered: known by its identity
+    await add_cluster(api.pool, host_id, provider="sim", is_host=True)
+    path = f"/api/v1/workflow-templates/{host_id}/{NS}/etl-daily/submit"
+    response = await api.client.post(path, headers=headers(), json={"parameters": {"ticks": 1}})
+    body = await response.json()
+    assert response.status == 201, body
+    name = body["workflow"]["name"]
+    labels = live(host, name)["metadata"]["labels"]
+    assert labels["workflows.argoproj.io/controller-instanceid"] == "kubeopera-data"
+    # The CI/CD controller finishes a workflow created after it, and has passed over it.
+    later = submit(host, ns="argo", ticks=1)
+    await host.argo.run_until_settled()
+    assert live(host, later, "argo")["status"]["phase"] == "Succeeded"
+    assert "status" not in live(host, name)
+    assert host.data_argo is not None
+    await host.data_argo.run_until_settled()
+    assert live(host, name)["status"]["phase"] == "Succeeded"
 
 
 async def test_logs_from_the_pod_then_the_archive_and_artifacts(

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from apiserver.auth import Scope
+from apiserver.scope import Scope
 from apiserver.stream.hub import Change, ChangeSource, StreamHub
 from apiserver.stream.scopes import ScopeCache, ScopeLoader
 from tests.integration.apiserver.conftest import Api, AppFactory, headers, record

@@ -24,12 +24,19 @@ from apiserver.stream.pg_changes import PgChangeSource
 from compiler.runner import Parts, assemble
 from compiler.stamping import template_name
 from shared.k8s import client_from_kubeconfig
+from sim.argo.controller import ArgoSimulator
+from sim.argo.server import DATA_ARGO_NAMESPACE, DATA_ARGO_SERVICE
 from sim.world import World, start_world
 
 API_KEY = "test-api-key"
 INTERNAL_KEY = "test-internal-key"
 WRITE = "pipelines.read,pipelines.write,pipelines.run"
 NS = "kubeopera-data-acme"
+INSTANCE_LABEL = "workflows.argoproj.io/controller-instanceid"
+INLINE = {
+    "entrypoint": "main",
+    "templates": [{"name": "main", "container": {"image": "busybox", "args": ["echo ci"]}}],
+}
 
 
 def headers(
@@ -153,9 +160,9 @@ async def make_stack(
 ) -> AsyncIterator[Stack]:
     world = await start_world(1, tick=0.01, autostart=False, pod_gc_delay=0)
     kube = await client_from_kubeconfig(world.host.kubeconfig)
+    # ARGO_DATA_SERVER_URL and ARGO_DATA_INSTANCE_ID by default: the sim host's data controller.
     settings = settings_factory(
         INTERNAL_API_KEY=INTERNAL_KEY,
-        ARGO_DATA_SERVER_URL="https://argo-server.argo.svc:2746",
         ARTIFACT_BUCKET="artifacts",
         **overrides,
     )
@@ -308,12 +315,18 @@ async def test_update_versions_rollback_and_template_gc(stack: Stack) -> None:
     assert next_save["version"] == 13
 
 
-async def _finish(stack: Stack, name: str) -> dict[str, Any]:
+async def _finish(
+    stack: Stack, name: str, *, namespace: str = NS, controller: ArgoSimulator | None = None
+) -> dict[str, Any]:
+    """Step one controller, by default the data controller (pipelines run there alone), until
+    the workflow `name` finishes."""
     store = stack.world.host.store
     rtype = store.resolve("argoproj.io", "v1alpha1", "workflows")
+    controller = controller or stack.world.host.data_argo
+    assert controller is not None
     for _ in range(200):
-        await stack.world.host.argo.step()
-        workflow = store.get(rtype, NS, name)
+        await controller.step()
+        workflow = store.get(rtype, namespace, name)
         if workflow.get("status", {}).get("phase") in ("Succeeded", "Failed", "Error"):
             return workflow
     raise AssertionError(f"{name} did not finish")
@@ -353,6 +366,34 @@ async def test_run_checks_parameters_and_starts_the_current_version(stack: Stack
     assert action["parameters"] == {"day": "2026-02-03", "shards": "8"}
 
 
+async def test_a_run_carries_the_data_instance_id_and_runs_on_the_data_controller_only(
+    stack: Stack,
+) -> None:
+    status, saved = await stack.call("POST", "data-pipelines", json=body())
+    assert status == 201, saved
+    status, run = await stack.call("POST", f"data-pipelines/{saved['id']}/run", json={})
+    assert status == 201, run
+    name = run["workflow"]["name"]
+    host = stack.world.host
+    store = host.store
+    workflows = store.resolve("argoproj.io", "v1alpha1", "workflows")
+    pods = store.resolve("", "v1", "pods")
+    labels = store.get(workflows, NS, name)["metadata"]["labels"]
+    assert labels[INSTANCE_LABEL] == "kubeopera-data"
+    # A CI/CD workflow created after the run: once the CI/CD controller has finished it, it has
+    # passed over the run, which it never touches.
+    later = store.create(workflows, "argo", {"metadata": {"generateName": "ci-"}, "spec": INLINE})
+    ci = await _finish(stack, later["metadata"]["name"], namespace="argo", controller=host.argo)
+    assert ci["status"]["phase"] == "Succeeded"
+    assert "status" not in store.get(workflows, NS, name)
+    run_pods = f"workflows.argoproj.io/workflow={name}"
+    assert store.list(pods, NS, label_selector=run_pods)[0] == []
+    assert (await _finish(stack, name))["status"]["phase"] == "Succeeded"
+    started = store.list(pods, NS, label_selector=run_pods)[0]
+    assert started
+    assert {pod["metadata"]["labels"][INSTANCE_LABEL] for pod in started} == {"kubeopera-data"}
+
+
 async def test_a_run_of_a_recent_version_can_be_retried_after_newer_saves(stack: Stack) -> None:
     status, saved = await stack.call("POST", "data-pipelines", json=body(fail_step=True))
     pipeline = saved["id"]
@@ -367,7 +408,9 @@ async def test_a_run_of_a_recent_version_can_be_retried_after_newer_saves(stack:
     assert template_name(pipeline, 1) in stack.templates()
     from shared.argo import ArgoServer
 
-    await ArgoServer(stack.kube).retry(NS, name)
+    await ArgoServer(stack.kube, namespace=DATA_ARGO_NAMESPACE, service=DATA_ARGO_SERVICE).retry(
+        NS, name
+    )
     store = stack.world.host.store
     rtype = store.resolve("argoproj.io", "v1alpha1", "workflows")
     retried = store.get(rtype, NS, name)
@@ -499,6 +542,128 @@ async def test_ml_pipelines_are_their_own_kind_with_gpu_limits(
         assert status == 404
 
 
+def _yaml_pipeline(spec: str) -> dict[str, Any]:
+    template = (
+        "apiVersion: argoproj.io/v1alpha1\nkind: WorkflowTemplate\nmetadata:\n  name: t\n"
+        f"spec:\n  entrypoint: main\n{spec}"
+    )
+    return {"name": "hostile", "definition": {"type": "yaml", "template": template}}
+
+
+MAIN = """  templates:
+    - name: main
+      container:
+        image: alpine:3.20
+        command: [sh, -c, echo hi]
+"""
+# One hostile document per class the allowlist once accepted: (YAML spec body, {(rule, path)}).
+HOSTILE_CLASSES: dict[str, tuple[str, set[tuple[str, str]]]] = {
+    "artifact repository": (
+        """  artifactRepositoryRef: {key: platform-default}
+  templates:
+    - name: main
+      container: {image: alpine:3.20, command: [sh, -c, echo hi]}
+      archiveLocation:
+        s3: {key: tenants/acme/models/churn/1}
+""",
+        {
+            ("artifact_repository_ref", "spec.artifactRepositoryRef.key"),
+            ("artifact_location", "spec.templates[0].archiveLocation.s3.key"),
+        },
+    ),
+    "secret reference": (
+        """  templates:
+    - name: main
+      sidecars:
+        - name: s
+          image: alpine:3.20
+          envFrom: [{secretRef: {name: argo-server-sso}}]
+      container:
+        image: alpine:3.20
+        env:
+          - name: K
+            valueFrom: {secretKeyRef: {name: kubeopera-artifact-credentials, key: secretKey}}
+""",
+        {
+            ("secret_reference", "spec.templates[0].sidecars[0].envFrom[0].secretRef.name"),
+            (
+                "platform_secret",
+                "spec.templates[0].container.env[0].valueFrom.secretKeyRef.name",
+            ),
+        },
+    ),
+    "labels and annotations": (
+        """  podMetadata:
+    labels: {kubeopera.io/pipeline-id: someone-elses}
+    annotations: {workflows.argoproj.io/outputs: "{}"}
+"""
+        + MAIN
+        + """      metadata:
+        annotations:
+          container.apparmor.security.beta.kubernetes.io/main: unconfined
+""",
+        {
+            ("reserved_label", 'spec.podMetadata.labels["kubeopera.io/pipeline-id"]'),
+            (
+                "reserved_annotation",
+                'spec.podMetadata.annotations["workflows.argoproj.io/outputs"]',
+            ),
+            (
+                "security_annotation",
+                'spec.templates[0].metadata.annotations["container.apparmor.security.beta'
+                '.kubernetes.io/main"]',
+            ),
+        },
+    ),
+    "resources": (
+        MAIN
+        + """        resources:
+          requests: {cpu: "3", memory: 9Gi}
+          limits: {nvidia.com/gpu: 1, amd.com/gpu: 1}
+""",
+        {
+            ("resource_limit", "spec.templates[0].container.resources.requests.cpu"),
+            ("resource_limit", "spec.templates[0].container.resources.requests.memory"),
+            ("resource_limit", 'spec.templates[0].container.resources.limits["nvidia.com/gpu"]'),
+            ("extended_resource", 'spec.templates[0].container.resources.limits["amd.com/gpu"]'),
+        },
+    ),
+}
+
+
+async def test_a_hostile_yaml_pipeline_of_each_class_is_refused_at_save_with_its_violations(
+    db: asyncpg.Pool, database_url: str, settings_factory: Any
+) -> None:
+    async for stack in make_stack(db, database_url, settings_factory, DATA_MAX_CPU="2"):
+        for name, (spec, expected) in HOSTILE_CLASSES.items():
+            status, refused = await stack.call("POST", "data-pipelines", json=_yaml_pipeline(spec))
+            assert status == 422, (name, refused)
+            violations = refused["details"]["violations"]
+            assert {(v["rule"], v["path"]) for v in violations} == expected, name
+        messages = {v["path"]: v["message"] for v in violations}
+        # The settings reach the check: the limit is the deployment's, named.
+        cpu = messages["spec.templates[0].container.resources.requests.cpu"]
+        assert cpu == "3 is above DATA_MAX_CPU (2)"
+        assert stack.templates() == []
+        # The near-miss of each: the default repository, keys under artifacts/, ordinary labels,
+        # amounts exactly at the largest step.
+        near_miss = """  artifactRepositoryRef: {configMap: artifact-repositories, key: default-v1}
+  podMetadata:
+    labels: {app: etl}
+  templates:
+    - name: main
+      container:
+        image: alpine:3.20
+        command: [sh, -c, echo hi]
+        resources:
+          limits: {cpu: 2000m, memory: 8Gi}
+      archiveLocation:
+        s3: {key: tenants/acme/artifacts/logs}
+"""
+        status, saved = await stack.call("POST", "data-pipelines", json=_yaml_pipeline(near_miss))
+        assert status == 201, saved
+
+
 async def test_a_create_that_loses_the_race_for_its_name_removes_its_template(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -521,3 +686,32 @@ async def test_a_create_that_loses_the_race_for_its_name_removes_its_template(
     status, answer = await stack.call("POST", "data-pipelines", json=body("same"))
     assert (status, answer["error"]) == (409, "conflict"), answer
     assert stack.templates() == []  # the loser's template did not stay behind
+
+
+MALFORMED_BODIES: list[Any] = [
+    {"name": "", "definition": {"type": "yaml"}},
+    {"name": "x", "definition": {"type": "svn", "url": "svn://x"}},
+    {"name": "x", "definition": {"type": "wizard", "spec": {}}, "colour": "blue"},
+    {"name": "x", "definition": {"type": "yaml", "template": "a"}, "schedule": "0 * * * *"},
+    {"name": "x", "description": 7, "parameters": {"a": [1]}, "definition": None},
+]
+
+
+async def test_the_apiserver_refuses_a_malformed_body_exactly_as_the_compiler_does(
+    stack: Stack,
+) -> None:
+    _, saved = await stack.call("POST", "data-pipelines", json=body())
+    for bad in MALFORMED_BODIES:
+        direct = await stack.internal.post(
+            "/internal/v1/pipelines/data/validate",
+            json={"tenant": "acme", "actor": "alice@acme", "pipeline": bad},
+            headers={"X-Internal-Key": INTERNAL_KEY},
+        )
+        expected = (direct.status, await direct.json())
+        assert expected[0] == 400, expected
+        for method, path in (
+            ("POST", "data-pipelines/validate"),
+            ("POST", "data-pipelines"),
+            ("PUT", f"data-pipelines/{saved['id']}"),
+        ):
+            assert await stack.call(method, path, json=bad) == expected, (method, bad)

@@ -17,7 +17,7 @@ from kubernetes_asyncio.client import ApiClient
 from compiler.k8s_objects import KubeObjects
 from compiler.provisioning import ProvisioningSpec, spec_hash, tenant_objects
 from compiler.tenant_objects import applied_hash, discover_api_server, provision_tenant
-from shared.errors import Conflict, Invalid
+from shared.errors import Conflict, DependencyDown, Invalid
 from shared.k8s import client_from_kubeconfig
 from sim.kube.server import RunningCluster, start_cluster
 from sim.kube.types import ResourceType
@@ -75,6 +75,8 @@ def live(cluster: RunningCluster, kind: str, name: str) -> dict[str, Any]:
         "ConfigMap": ("v1", "configmaps"),
         "Secret": ("v1", "secrets"),
         "ServiceAccount": ("v1", "serviceaccounts"),
+        "RoleBinding": ("rbac.authorization.k8s.io/v1", "rolebindings"),
+        "Role": ("rbac.authorization.k8s.io/v1", "roles"),
     }
     api_version, plural = plurals[kind]
     return cluster.store.get(rtype(cluster, api_version, plural), NAMESPACE, name)
@@ -237,6 +239,174 @@ async def test_a_malformed_tenant_touches_nothing(
     assert cluster.store.resource_version == version
 
 
+def schema_1_rbac() -> list[tuple[str, dict[str, Any]]]:
+    """(plural, body) of the per-account Roles and bindings that schema 1 created."""
+    rules = {
+        "kubeopera-executor": [
+            {
+                "apiGroups": ["argoproj.io"],
+                "resources": ["workflowtaskresults"],
+                "verbs": ["create"],
+            }
+        ],
+        "kubeopera-spark": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}],
+        "kubeopera-training": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}],
+    }
+    labels = {"app.kubernetes.io/managed-by": "workflow-manager", "kubeopera.io/tenant": TENANT}
+    objects: list[tuple[str, dict[str, Any]]] = []
+    for account, account_rules in rules.items():
+        metadata = {"name": account, "labels": labels}
+        objects.append(("roles", {"metadata": metadata, "rules": account_rules}))
+        binding = {
+            "metadata": metadata,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}],
+        }
+        objects.append(("rolebindings", binding))
+    return objects
+
+
+async def test_a_tenant_of_schema_1_moves_to_the_chart_roles(
+    cluster: RunningCluster, objects: KubeObjects
+) -> None:
+    """Upgrade: the accounts' bindings (whose roleRef cannot change in place) are created
+    again referring to the chart's ClusterRoles, and the Roles of their own are deleted."""
+    store = cluster.store
+    store.create(
+        rtype(cluster, "v1", "namespaces"),
+        None,
+        {
+            "metadata": {
+                "name": NAMESPACE,
+                "annotations": {"kubeopera.io/provisioning-spec-hash": "s1"},
+            }
+        },
+    )
+    for plural, body in schema_1_rbac():
+        store.create(rtype(cluster, "rbac.authorization.k8s.io/v1", plural), NAMESPACE, body)
+    old_uid = live(cluster, "RoleBinding", "kubeopera-spark")["metadata"]["uid"]
+
+    await provision_tenant(objects, TENANT, SPEC)
+
+    spark = live(cluster, "RoleBinding", "kubeopera-spark")
+    assert spark["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "workflow-manager-tenant-spark",
+    }
+    assert spark["metadata"]["uid"] != old_uid  # created again: the API refuses the update
+    assert live(cluster, "RoleBinding", "kubeopera-compiler")["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": "workflow-manager-compiler",
+            "namespace": "workflow-manager",
+        }
+    ]
+    roles, _ = store.list(rtype(cluster, "rbac.authorization.k8s.io/v1", "roles"), NAMESPACE)
+    assert roles == []
+    assert await applied_hash(objects, TENANT) == spec_hash(SPEC)
+    version = store.resource_version
+    counts = await provision_tenant(objects, TENANT, SPEC)
+    assert counts["created"] == counts["updated"] == 0
+    assert store.resource_version == version
+
+
+async def test_a_binding_pointed_at_another_role_is_created_again(
+    cluster: RunningCluster, objects: KubeObjects
+) -> None:
+    await provision_tenant(objects, TENANT, SPEC)
+    bindings = rtype(cluster, "rbac.authorization.k8s.io/v1", "rolebindings")
+    hijacked = live(cluster, "RoleBinding", "kubeopera-executor")
+    cluster.store.delete(bindings, NAMESPACE, "kubeopera-executor")
+    del hijacked["metadata"]["resourceVersion"], hijacked["metadata"]["uid"]
+    hijacked["roleRef"] = {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "admin",
+    }
+    cluster.store.create(bindings, NAMESPACE, hijacked)
+
+    counts = await provision_tenant(objects, TENANT, SPEC)
+
+    assert counts["updated"] == 1
+    assert live(cluster, "RoleBinding", "kubeopera-executor")["roleRef"]["name"] == (
+        "workflow-manager-tenant-executor"
+    )
+
+
+class LaggingGrant(KubeObjects):
+    """The API server's authorizer learns of the compiler's new binding only after ``lag``
+    refused requests (as its informer would, a moment later)."""
+
+    def __init__(self, api: ApiClient, lag: int) -> None:
+        super().__init__(api)
+        self.lag = lag
+        self.granted = False
+
+    async def create(self, obj: Any) -> dict[str, Any]:
+        created = await super().create(obj)
+        if obj["kind"] == "RoleBinding" and obj["metadata"]["name"] == "kubeopera-compiler":
+            self.granted = True
+        return created
+
+    async def get(
+        self, api_version: str, kind: str, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        if self.granted and namespace == NAMESPACE and kind != "RoleBinding" and self.lag:
+            self.lag -= 1
+            raise DependencyDown("the cluster refused our credentials", details={"status": 403})
+        return await super().get(api_version, kind, namespace, name)
+
+
+async def test_a_grant_not_yet_in_force_is_waited_for(
+    cluster: RunningCluster, objects: KubeObjects
+) -> None:
+    lagging = LaggingGrant(objects._api, lag=3)
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    counts = await provision_tenant(lagging, TENANT, SPEC, sleep=sleep)
+
+    assert slept == [0.1, 0.2, 0.4]
+    assert counts == {"created": len(tenant_objects(TENANT, SPEC)), "updated": 0, "unchanged": 0}
+
+
+async def test_a_refusal_is_not_waited_for_when_no_grant_was_made(
+    cluster: RunningCluster, objects: KubeObjects
+) -> None:
+    """With its binding in place, a 403 means a missing right: it fails the pass at once."""
+    await provision_tenant(objects, TENANT, SPEC)
+    lagging = LaggingGrant(objects._api, lag=1)
+    lagging.granted = True
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    with pytest.raises(DependencyDown):
+        await provision_tenant(
+            lagging, TENANT, dataclasses.replace(SPEC, quota_pods=9), sleep=sleep
+        )
+    assert slept == []
+
+
+async def test_a_grant_that_never_comes_fails_the_pass(
+    cluster: RunningCluster, objects: KubeObjects
+) -> None:
+    lagging = LaggingGrant(objects._api, lag=100)
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    with pytest.raises(DependencyDown, match="refused"):
+        await provision_tenant(lagging, TENANT, SPEC, sleep=sleep)
+    assert slept == [0.1, 0.2, 0.4, 0.8, 1.6]
+    assert await applied_hash(objects, TENANT) is None
+
+
 class RacingObjects(KubeObjects):
     """Someone else writes the object between our read and our write, once."""
 
@@ -264,7 +434,12 @@ async def test_a_conflicting_write_is_retried_from_a_fresh_read(
     await provision_tenant(objects, TENANT, SPEC)
     racing = RacingObjects(objects._api, cluster)
 
-    outcome = await racing.apply(tenant_objects(TENANT, dataclasses.replace(SPEC, quota_pods=9))[2])
+    quota = next(
+        obj
+        for obj in tenant_objects(TENANT, dataclasses.replace(SPEC, quota_pods=9))
+        if obj["kind"] == "ResourceQuota"
+    )
+    outcome = await racing.apply(quota)
 
     assert racing.raced
     assert outcome == "updated"

@@ -108,3 +108,41 @@ def test_readiness_names_are_unique() -> None:
 
 async def _ok() -> None:
     return None
+
+
+async def test_the_database_check_fails_with_a_reason_not_a_traceback(database_url: str) -> None:
+    """Every deployable's ``postgresql`` check: while PostgreSQL is away a probe answers 503
+    with the reason, and nothing is logged with a traceback for it."""
+    from urllib.parse import urlsplit
+
+    from structlog.testing import capture_logs
+
+    from shared.db.pool import create_pool, database_ready
+    from tests.integration.faults import CuttableProxy
+
+    target = urlsplit(database_url)
+    proxy = CuttableProxy(
+        target_host=target.hostname or "127.0.0.1", target_port=target.port or 5432
+    )
+    await proxy.start()
+    proxied = database_url.replace(target.netloc, f"{target.username}@127.0.0.1:{proxy.port}")
+    pool = await create_pool(proxied, min_size=1, max_size=2)
+    server = HealthServer(port=0, host="127.0.0.1")
+    server.add_check("postgresql", database_ready(pool))
+    try:
+        async with server, aiohttp.ClientSession(f"http://127.0.0.1:{server.port}") as http:
+            async with http.get("/readyz") as response:
+                assert response.status == 200
+            proxy.cut()
+            with capture_logs() as captured:
+                async with http.get("/readyz") as response:
+                    assert response.status == 503
+                    failures = (await response.json())["failures"]
+            assert failures == {"postgresql": "the database is unavailable"}
+            assert [e for e in captured if "exc_info" in e or e["log_level"] == "error"] == []
+            proxy.restore()
+            async with http.get("/readyz") as response:
+                assert response.status == 200
+    finally:
+        await pool.close()
+        await proxy.stop()

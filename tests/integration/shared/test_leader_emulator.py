@@ -19,7 +19,8 @@ from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, CoordinationV1Api
 
 from shared.errors import DependencyDown
-from shared.leader import KubernetesLeaseApi, LeaderElector, ShardedElection
+from shared.leader import KubernetesLeaseApi, LeaderElector
+from shared.leader_shards import ShardedElection
 from shared.leader_state import LeaseRecord, LeaseSpec
 from sim.kube.server import RunningCluster, start_cluster
 

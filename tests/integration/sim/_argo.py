@@ -12,11 +12,15 @@ import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
+from sim.argo.controller import ArgoSimulator
+from sim.kube.certificates import client_context
 from sim.world import SimCluster
 
 Obj = dict[str, Any]
 NS = "default"
 PROXY = "api/v1/namespaces/argo/services/argo-server:2746/proxy"
+# The host's data controller's Argo server (ARGO_DATA_SERVER_URL's default).
+DATA_PROXY = "api/v1/namespaces/kubeopera-argo-data/services/argo-data-server:2746/proxy"
 
 
 async def _client(cluster: SimCluster) -> ApiClient:
@@ -106,9 +110,11 @@ async def drive(
     *,
     namespace: str = NS,
     max_steps: int = 60,
+    controller: ArgoSimulator | None = None,
 ) -> Obj:
+    """Step `controller` (the cluster's CI/CD one by default) until `until(workflow)`."""
     for _ in range(max_steps):
-        await cluster.argo.step()
+        await (controller or cluster.argo).step()
         wf = await read(kube, name, namespace)
         if until(wf):
             return wf
@@ -116,11 +122,13 @@ async def drive(
 
 
 async def argo(
-    cluster: SimCluster, method: str, path: str, body: Obj | None = None
+    cluster: SimCluster, method: str, path: str, body: Obj | None = None, *, proxy: str = PROXY
 ) -> tuple[int, Any]:
     headers = {"Authorization": f"Bearer {cluster.running.token}"}
-    async with aiohttp.ClientSession(headers=headers) as session:
-        url = f"{cluster.url}/{PROXY}/{path}"
+    assert cluster.running.ca is not None
+    connector = aiohttp.TCPConnector(ssl=client_context(cluster.running.ca))
+    async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
+        url = f"{cluster.url}/{proxy}/{path}"
         async with session.request(method, url, json=body) as response:
             text = await response.text()
             try:

@@ -13,6 +13,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
 MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
 WF = ("argoproj.io", "v1alpha1")
 
 

@@ -84,6 +84,13 @@ async def test_python_m_sim_writes_working_kubeconfigs(tmp_path: Path) -> None:
         described = json.loads((tmp_path / "world.json").read_text())
         assert [c["name"] for c in described["clusters"]] == ["host", "cluster-1"]
         assert [c["registered"] for c in described["clusters"]] == [False, True]
+        assert described["argo_data_server"] == {
+            "namespace": "kubeopera-argo-data",
+            "service": "argo-data-server",
+            "port": "2746",
+            "instance_id": "kubeopera-data",
+            "url": "https://argo-data-server.kubeopera-argo-data.svc:2746",
+        }
         for cluster in described["clusters"]:
             api = await config.new_client_from_config(cluster["kubeconfig"])
             async with api:

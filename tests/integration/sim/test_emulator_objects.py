@@ -13,6 +13,7 @@ from kubernetes_asyncio.client import (
     CoreApi,
     CoreV1Api,
     CustomObjectsApi,
+    RbacAuthorizationV1Api,
     V1ConfigMap,
     V1Lease,
     V1LeaseSpec,
@@ -26,6 +27,7 @@ from kubernetes_asyncio.watch import Watch
 from sim.kube.server import RunningCluster
 from tests.integration.sim._emulator import (
     MERGE,
+    STRATEGIC,
     WF,
     _cm,
     _collect,
@@ -198,6 +200,32 @@ async def test_name_clash_is_409_already_exists(api: ApiClient) -> None:
     assert _status(clash.value)["reason"] == "AlreadyExists"
 
 
+async def test_a_binding_keeps_its_role_ref(api: ApiClient) -> None:
+    """As the API server: a RoleBinding's roleRef cannot change (by replace or patch); its
+    subjects can."""
+    rbac = RbacAuthorizationV1Api(api)
+    binding = {
+        "metadata": {"name": "b"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
+        "subjects": [{"kind": "ServiceAccount", "name": "a", "namespace": "default"}],
+    }
+    await rbac.create_namespaced_role_binding("default", binding)
+    moved = {**binding, "roleRef": {**binding["roleRef"], "kind": "ClusterRole"}}
+    with pytest.raises(ApiException) as refused:
+        await rbac.replace_namespaced_role_binding("b", "default", moved)
+    assert refused.value.status == 422
+    assert "cannot change roleRef" in _status(refused.value)["message"]
+    with pytest.raises(ApiException) as patched:
+        await rbac.patch_namespaced_role_binding(
+            "b", "default", {"roleRef": {"name": "admin"}}, _content_type=MERGE
+        )
+    assert patched.value.status == 422
+    others = {**binding, "subjects": [{"kind": "ServiceAccount", "name": "b", "namespace": "x"}]}
+    replaced = await rbac.replace_namespaced_role_binding("b", "default", others)
+    assert replaced.subjects[0].name == "b"
+    assert replaced.role_ref.kind == "Role"
+
+
 async def test_stale_resource_version_in_merge_patch_is_409(api: ApiClient) -> None:
     custom = CustomObjectsApi(api)
     created = await custom.create_namespaced_custom_object(
@@ -277,19 +305,75 @@ async def test_label_and_field_selectors(api: ApiClient) -> None:
         "c",
     ]
 
+    with pytest.raises(ApiException) as bad:
+        await core.list_namespaced_config_map("default", label_selector="app in web")
+    assert bad.value.status == 400
+
+
+async def test_custom_resources_select_on_name_and_namespace_only(api: ApiClient) -> None:
     custom = CustomObjectsApi(api)
     for name, phase in (("w1", "Running"), ("w2", "Succeeded"), ("w3", "Running")):
         await custom.create_namespaced_custom_object(
             *WF, "default", "workflows", _workflow(name, phase=phase)
         )
-    running = await custom.list_cluster_custom_object(
-        *WF, "workflows", field_selector="status.phase=Running"
+    picked = await custom.list_cluster_custom_object(
+        *WF, "workflows", field_selector="metadata.namespace=default,metadata.name!=w2"
     )
-    assert [w["metadata"]["name"] for w in running["items"]] == ["w1", "w3"]
+    assert [w["metadata"]["name"] for w in picked["items"]] == ["w1", "w3"]
 
-    with pytest.raises(ApiException) as bad:
-        await core.list_namespaced_config_map("default", label_selector="app in web")
-    assert bad.value.status == 400
+    # As apiextensions-apiserver answers: on a list, a watch and a collection delete alike.
+    refusals = [
+        custom.list_cluster_custom_object(*WF, "workflows", field_selector="status.phase=Running"),
+        custom.list_namespaced_custom_object(
+            *WF, "default", "workflows", watch=True, field_selector="spec.entrypoint=main"
+        ),
+        custom.delete_collection_namespaced_custom_object(
+            *WF, "default", "workflows", field_selector="status.phase=Running"
+        ),
+        custom.list_cluster_custom_object(
+            *WF, "clusterworkflowtemplates", field_selector="metadata.namespace=default"
+        ),
+    ]
+    messages = []
+    for call in refusals:
+        with pytest.raises(ApiException) as refused:
+            await call
+        assert refused.value.status == 400
+        status = _status(refused.value)
+        assert status["reason"] == "BadRequest"
+        messages.append(status["message"])
+    assert messages == [
+        "field label not supported: status.phase",
+        "field label not supported: spec.entrypoint",
+        "field label not supported: status.phase",
+        "field label not supported: metadata.namespace",
+    ]
+    listed = await custom.list_namespaced_custom_object(*WF, "default", "workflows")
+    assert len(listed["items"]) == 3  # the refused collection delete deleted nothing
+
+
+async def test_strategic_merge_patch_is_for_built_in_types_only(api: ApiClient) -> None:
+    core, custom = CoreV1Api(api), CustomObjectsApi(api)
+    await core.create_namespaced_config_map("default", _cm("cm"))
+    patched = await core.patch_namespaced_config_map(
+        "cm", "default", {"data": {"a": "b"}}, _content_type=STRATEGIC
+    )
+    assert patched.data == {"k": "v", "a": "b"}
+
+    await custom.create_namespaced_custom_object(*WF, "default", "workflows", _workflow("wf"))
+    with pytest.raises(ApiException) as unsupported:
+        await custom.patch_namespaced_custom_object(
+            *WF, "default", "workflows", "wf", {"spec": {"suspend": True}}, _content_type=STRATEGIC
+        )
+    assert unsupported.value.status == 415
+    status = _status(unsupported.value)
+    assert status["reason"] == "UnsupportedMediaType"
+    assert status["message"] == (
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json"
+    )
+    unchanged = await custom.get_namespaced_custom_object(*WF, "default", "workflows", "wf")
+    assert "suspend" not in unchanged["spec"]
 
 
 async def test_finalizers_hold_deletion_until_removed(api: ApiClient) -> None:

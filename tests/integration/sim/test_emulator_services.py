@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from aiohttp import web
+from kubernetes_asyncio import config
 from kubernetes_asyncio.client import (
     ApiClient,
     Configuration,
@@ -123,7 +125,11 @@ async def test_service_proxy_forwards_methods_paths_and_bodies(
 
 
 async def test_requests_without_the_token_are_401(cluster: RunningCluster) -> None:
-    configuration = Configuration(host=cluster.url, api_key={"BearerToken": "Bearer wrong"})
+    configuration = Configuration()
+    await config.load_kube_config_from_dict(
+        yaml.safe_load(cluster.kubeconfig.replace(cluster.token, "wrong")),
+        client_configuration=configuration,
+    )
     async with ApiClient(configuration) as client:
         with pytest.raises(ApiException) as refused:
             await CoreV1Api(client).list_namespace()

@@ -143,7 +143,11 @@ async def start_watcher(
     started: list[RunningWatcher] = []
 
     async def start(
-        identity: str = "replica-a", *, informing: int | None = 2, **overrides: Any
+        identity: str = "replica-a",
+        *,
+        informing: int | None = 2,
+        informer_options: InformerOptions | None = None,
+        **overrides: Any,
     ) -> RunningWatcher:
         """Start a replica; wait until it informs on ``informing`` clusters (None: no wait)."""
         values: dict[str, Any] = {
@@ -163,7 +167,8 @@ async def start_watcher(
             await runner.run(
                 settings,
                 workers,
-                informer_options=InformerOptions(watch_timeout=5, backoff_max=1.0),
+                informer_options=informer_options
+                or InformerOptions(watch_timeout=5, backoff_max=1.0),
                 started=ready,
                 expose=parts.append,
             )

@@ -9,9 +9,9 @@ from typing import Any
 import asyncpg
 
 from shared.config import Settings
+from shared.db.clusters import ClusterStore
 from shared.runs import ClusterRef
 from watcher.normalise import normalise
-from watcher.pg_clusters import ClusterStore
 from watcher.pg_store import RunStore
 from watcher.runner import Watcher
 

@@ -6,12 +6,16 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
+import trustme
+from structlog.testing import capture_logs
 
+from sim.kube.server import kubeconfig_yaml
 from sim.world import World
 from tests.integration.faults import CuttableProxy
 from tests.integration.watcher.harness import (
@@ -436,3 +440,64 @@ async def test_cluster_status_records_argo_and_last_event(
         "SELECT argo_reachable FROM clusters WHERE id = $1", world.clusters[1].id
     )
     assert reachable is False
+
+
+async def test_a_refused_certificate_is_one_clear_line_per_retry_until_fixed(
+    world: World, start_watcher: StartWatcher, db: asyncpg.Pool
+) -> None:
+    other = world.clusters[1]
+    untrusted = kubeconfig_yaml(other.name, other.url, other.running.token, ca=trustme.CA())
+    world.registry.registry.add(replace(other.record(), kubeconfig=untrusted))
+    submit(other.store, "argo", dag_workflow("behind-tls", ticks=1))
+    with capture_logs() as captured:
+        await start_watcher(informing=1)
+
+        async def retried() -> bool:
+            return len(failures(captured, other.id)) >= 2
+
+        await eventually(retried, what="two failed attempts on the cluster with the wrong CA")
+    refused = failures(captured, other.id)
+    assert {line["error"] for line in refused} == {"certificate_refused"}
+    assert refused[0]["reason"].startswith(f"cluster {other.name!r}: the API server's TLS ")
+    assert "not signed by a CA the kubeconfig trusts" in refused[0]["reason"]
+    assert not [line for line in captured if "exc_info" in line or line["log_level"] == "error"]
+
+    world.register(other)  # the registry now carries the right CA
+    await notify_refresh(db)
+
+    async def ingested() -> bool:
+        return bool(await db.fetchval("SELECT count(*) FROM runs WHERE name = 'behind-tls'"))
+
+    await eventually(ingested, what="the run ingested once the kubeconfig is fixed")
+
+
+async def test_an_unusable_kubeconfig_is_one_clear_line_not_a_traceback(
+    world: World, start_watcher: StartWatcher
+) -> None:
+    other = world.clusters[1]
+    broken = other.kubeconfig.replace(
+        "certificate-authority-data: ", "certificate-authority-data: x"
+    )
+    world.registry.registry.add(replace(other.record(), kubeconfig=broken))
+    with capture_logs() as captured:
+        await start_watcher(informing=1)
+
+        async def reported() -> bool:
+            return any(line["event"] == "cluster_kubeconfig_unusable" for line in captured)
+
+        await eventually(reported, what="the unusable kubeconfig reported")
+    line = next(line for line in captured if line["event"] == "cluster_kubeconfig_unusable")
+    assert (line["cluster"], line["error"]) == (other.id, "invalid")
+    assert (
+        line["reason"]
+        == f"kubeconfig cluster {other.name!r}: certificate-authority-data is not base64"
+    )
+    assert not [line for line in captured if "exc_info" in line or line["log_level"] == "error"]
+
+
+def failures(captured: list[dict[str, Any]], cluster_id: str) -> list[dict[str, Any]]:
+    return [
+        line
+        for line in captured
+        if line["event"] == "watch_failed" and line.get("cluster") == cluster_id
+    ]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from apiserver.auth import Identity, Permission, Scope, Special, identity_from, key_matches
+from apiserver.auth import Identity, Permission, Special, identity_from, key_matches
+from apiserver.scope import Scope
 from shared.errors import Forbidden, Invalid
 
 T, A, P, ACT = (

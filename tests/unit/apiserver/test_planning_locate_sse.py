@@ -13,6 +13,7 @@ from apiserver.actions.planning import (
     Shutdown,
     argo_server_for,
     check_shutdown,
+    controller_labels,
     plan_retry,
     resubmission_labels,
     shutdown_patch,
@@ -107,6 +108,22 @@ def test_tenant_and_argo_server() -> None:
     assert (data.service, data.namespace) == ("argo-data-server", "kubeopera-argo-data")
     other = argo_server_for(is_host=False, namespace="kubeopera-data-acme", data_server_url=url)
     assert (other.service, other.namespace) == ("argo-server", "argo")
+
+
+@pytest.mark.parametrize(
+    ("is_host", "namespace", "labels"),
+    [
+        (True, "kubeopera-data-acme", {"workflows.argoproj.io/controller-instanceid": "d"}),
+        (False, "kubeopera-data-acme", {}),
+        (True, "argo", {}),
+        (True, "kubeopera-cicd", {}),
+    ],
+)
+def test_a_tenant_run_on_the_host_is_labelled_for_the_data_controller(
+    is_host: bool, namespace: str, labels: dict[str, str]
+) -> None:
+    found = controller_labels(is_host=is_host, namespace=namespace, data_instance_id="d")
+    assert found == labels
 
 
 GRAPH = {

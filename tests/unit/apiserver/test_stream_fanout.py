@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apiserver.auth import Scope
 from apiserver.runs.query import RunFilters, matches
+from apiserver.scope import Scope
 from apiserver.stream.fanout import Recent, Routing
 from apiserver.stream.hub import Change, StreamHub, Subscriber
 from apiserver.stream.scopes import ScopeCache

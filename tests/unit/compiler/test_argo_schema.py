@@ -15,7 +15,8 @@ from _pipelines import pipeline, step, wide_dag
 from compiler.allowlist import Violation
 from compiler.argo_schema import RULES, schema_violations
 from compiler.compile import StepLimits, compile_wizard
-from compiler.stamping import PipelineKind, stamp
+from compiler.stamping import stamp
+from shared.pipelines import PipelineKind
 
 HERE = Path(__file__).parent
 BENIGN = sorted((HERE / "benign_corpus").glob("*.yaml"))

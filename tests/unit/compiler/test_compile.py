@@ -7,12 +7,13 @@ from typing import Any
 import pytest
 from _pipelines import pipeline, step, wide_dag
 
-from compiler.allowlist import check
+from compiler.allowlist import Violation, check
 from compiler.compile import JQ_IMAGE, StepLimits, compile_wizard
 from compiler.spec import parse_spec
-from compiler.stamping import PipelineKind, stamp
+from compiler.stamping import stamp
 from shared.config import Settings
 from shared.errors import Invalid
+from shared.pipelines import PipelineKind
 
 LIMITS = StepLimits(max_cpu="4", max_memory="8Gi", max_gpu=1)
 
@@ -40,7 +41,7 @@ def templates(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {template["name"]: template for template in document["spec"]["templates"]}
 
 
-def accepted(document: dict[str, Any]) -> bool:
+def violations(document: dict[str, Any], *, data_secrets: frozenset[str]) -> list[Violation]:
     stamped = stamp(
         document,
         tenant="acme",
@@ -49,15 +50,49 @@ def accepted(document: dict[str, Any]) -> bool:
         version=3,
         kind="data",
     )
-    violations = check(
+    return check(
         stamped,
         namespace="kubeopera-data-acme",
         tenant="acme",
         artifact_bucket="kubeopera-artifacts",
-        artifact_prefix="tenants/acme/",
+        kind="data",
+        limits=LIMITS,
+        data_secrets=data_secrets,
     )
-    assert violations == []
+
+
+def accepted(document: dict[str, Any]) -> bool:
+    """Accepted by the allowlist, given the one data secret the test pipelines read."""
+    assert violations(document, data_secrets=frozenset({"warehouse"})) == []
     return True
+
+
+def test_what_the_platform_adds_needs_no_secret_of_the_tenants() -> None:
+    """Filter containers, accounts and the executor: nothing compiling and stamping add is a
+    Secret reference, so a tenant without data secrets can save any pipeline that reads none."""
+    document = compiled(
+        pipeline(
+            step("a", outputs={"parameters": [{"name": "n", "path": "/n"}]}),
+            step(
+                "b",
+                inputs={"parameters": [{"name": "n", "from": "a.n"}]},
+                input_filter="{n: .n}",
+                output_filter=".",
+                runtime="spark",
+                resources={"limits": {"cpu": "4", "memory": "8Gi"}},
+            ),
+        )
+    )
+    assert violations(document, data_secrets=frozenset()) == []
+
+
+def test_a_steps_secret_is_refused_until_it_is_one_of_the_tenants_data_secrets() -> None:
+    env = [{"name": "TOKEN", "from_secret": {"name": "warehouse", "key": "token"}}]
+    document = compiled(pipeline(step("a", env=env)))
+    found = violations(document, data_secrets=frozenset())
+    assert [(v.rule, v.path) for v in found] == [
+        ("secret_reference", "spec.templates[1].container.env[0].valueFrom.secretKeyRef.name")
+    ]
 
 
 def test_a_fifty_step_dag_compiles_into_an_accepted_template() -> None:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from compiler.provisioning import (
     SPEC_SCHEMA_VERSION,
     ProvisioningSpec,
+    obsolete_objects,
     s3_endpoint,
     spec_hash,
     tenant_namespace,
@@ -47,6 +48,7 @@ def repository(spec: ProvisioningSpec = SPEC, tenant: str = TENANT) -> dict[str,
 def test_every_object_in_apply_order() -> None:
     assert [(o["kind"], o["metadata"]["name"]) for o in tenant_objects(TENANT, SPEC)] == [
         ("Namespace", NAMESPACE),
+        ("RoleBinding", "kubeopera-compiler"),
         ("NetworkPolicy", "kubeopera-egress"),
         ("ResourceQuota", "kubeopera-quota"),
         ("LimitRange", "kubeopera-limits"),
@@ -55,9 +57,6 @@ def test_every_object_in_apply_order() -> None:
         ("ServiceAccount", "kubeopera-spark"),
         ("ServiceAccount", "kubeopera-training"),
         ("Secret", "kubeopera-executor.service-account-token"),
-        ("Role", "kubeopera-executor"),
-        ("Role", "kubeopera-spark"),
-        ("Role", "kubeopera-training"),
         ("RoleBinding", "kubeopera-executor"),
         ("RoleBinding", "kubeopera-spark"),
         ("RoleBinding", "kubeopera-training"),
@@ -150,66 +149,60 @@ def test_argo_finds_the_executor_token_through_the_account() -> None:
 
 
 @pytest.mark.parametrize(
-    ("account", "rules"),
+    ("account", "role"),
     [
-        (
-            "kubeopera-executor",
-            [
-                {
-                    "apiGroups": ["argoproj.io"],
-                    "resources": ["workflowtaskresults"],
-                    "verbs": ["create", "patch"],
-                }
-            ],
-        ),
-        (
-            "kubeopera-spark",
-            [
-                {
-                    "apiGroups": [""],
-                    "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
-                    "verbs": [
-                        "create",
-                        "delete",
-                        "deletecollection",
-                        "get",
-                        "list",
-                        "patch",
-                        "watch",
-                    ],
-                }
-            ],
-        ),
-        (
-            "kubeopera-training",
-            [
-                {
-                    "apiGroups": [""],
-                    "resources": ["pods", "services"],
-                    "verbs": ["create", "delete", "get", "list", "watch"],
-                }
-            ],
-        ),
+        ("kubeopera-executor", "workflow-manager-tenant-executor"),
+        ("kubeopera-spark", "workflow-manager-tenant-spark"),
+        ("kubeopera-training", "workflow-manager-tenant-training"),
     ],
 )
-def test_each_api_calling_account_has_its_role_and_binding(
-    account: str, rules: list[dict[str, Any]]
+def test_each_api_calling_account_is_bound_to_its_tenant_cluster_role(
+    account: str, role: str
 ) -> None:
-    assert one("Role", account)["rules"] == rules
+    """The rules are the chart's (tests/unit/chart/test_rbac.py evaluates them)."""
     binding = one("RoleBinding", account)
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "Role",
-        "name": account,
+        "kind": "ClusterRole",
+        "name": role,
     }
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
     ]
 
 
+def test_no_role_is_created_any_more_and_the_old_ones_are_named_for_removal() -> None:
+    assert [name for kind, name in objects() if kind == "Role"] == []
+    assert obsolete_objects(TENANT) == [
+        ("rbac.authorization.k8s.io/v1", "Role", NAMESPACE, account)
+        for account in ("kubeopera-executor", "kubeopera-spark", "kubeopera-training")
+    ]
+
+
+def test_the_compiler_binds_itself_its_own_cluster_role() -> None:
+    spec = dataclasses.replace(
+        SPEC,
+        cluster_role_prefix="wm-tenant-",
+        compiler_account="wm-compiler",
+        compiler_namespace="platform",
+    )
+    binding = one("RoleBinding", "kubeopera-compiler", spec)
+    assert binding["metadata"]["namespace"] == NAMESPACE
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "wm-tenant-compiler",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "wm-compiler", "namespace": "platform"}
+    ]
+    assert one("RoleBinding", "kubeopera-spark", spec)["roleRef"]["name"] == "wm-tenant-spark"
+
+
 def test_the_workload_account_has_no_role() -> None:
-    names = {name for kind, name in objects() if kind in ("Role", "RoleBinding")}
-    assert "kubeopera-workload" not in names
+    bindings = [obj for (kind, _), obj in objects().items() if kind == "RoleBinding"]
+    subjects = [subject["name"] for obj in bindings for subject in obj["subjects"]]
+    assert "kubeopera-workload" not in subjects
 
 
 def test_the_policy_isolates_the_namespace_both_ways() -> None:
@@ -395,6 +388,9 @@ def test_from_settings_takes_every_variable() -> None:
             AWS_REGION="eu-west-1",
             S3_ENDPOINT_URL="http://127.0.0.1:9000",
             MLFLOW_URL="https://mlflow.tracking.svc",
+            TENANT_CLUSTER_ROLE_PREFIX="wm-tenant-",
+            COMPILER_SERVICE_ACCOUNT="wm-compiler",
+            POD_NAMESPACE="platform",
         ),
         api_server_cidrs=("172.18.0.2/32",),
         api_server_ports=(6443,),
@@ -422,6 +418,9 @@ def test_from_settings_takes_every_variable() -> None:
         default_memory="256Mi",
         default_request_cpu="100m",
         default_request_memory="128Mi",
+        cluster_role_prefix="wm-tenant-",
+        compiler_account="wm-compiler",
+        compiler_namespace="platform",
     )
 
 
@@ -439,6 +438,11 @@ def test_from_settings_defaults() -> None:
     assert (spec.s3_endpoint, spec.s3_insecure) == ("s3.eu-north-1.amazonaws.com", False)
     assert (spec.tracking_host, spec.tracking_port) == (None, None)
     assert (spec.default_cpu, spec.default_memory) == ("500m", "512Mi")
+    assert (spec.cluster_role_prefix, spec.compiler_account, spec.compiler_namespace) == (
+        "workflow-manager-tenant-",
+        "workflow-manager-compiler",
+        "workflow-manager",
+    )
 
 
 @pytest.mark.parametrize(
@@ -476,6 +480,8 @@ def test_an_inconsistent_configuration_is_a_config_error(
         ({"tracking_port": None}, "go together"),
         ({"artifact_bucket": ""}, "required"),
         ({"api_server_ports": (70000,)}, "ports are between"),
+        ({"cluster_role_prefix": ""}, "cluster_role_prefix, .* are required"),
+        ({"compiler_account": ""}, "compiler_account .* are required"),
     ],
 )
 def test_an_inconsistent_spec_is_refused(change: dict[str, Any], message: str) -> None:
@@ -544,6 +550,9 @@ def test_the_hash_is_a_stable_sha256() -> None:
         {"default_memory": "256Mi"},
         {"default_request_cpu": "50m"},
         {"default_request_memory": "64Mi"},
+        {"cluster_role_prefix": "wm-tenant-"},
+        {"compiler_account": "wm-compiler"},
+        {"compiler_namespace": "platform"},
     ],
 )
 def test_every_field_changes_the_hash(change: dict[str, Any]) -> None:

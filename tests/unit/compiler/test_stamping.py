@@ -82,6 +82,34 @@ def test_identity_is_ours_and_the_tenants_is_gone() -> None:
     assert spec["templates"] == before["spec"]["templates"]
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        "events.argoproj.io/sensor",
+        "argoproj.io/x",
+        "argocd.argoproj.io/instance",
+        "serving.kubeopera.io/model",
+        "KubeOpera.IO/pipeline-id",
+    ],
+)
+def test_keys_under_a_reserved_domain_or_its_subdomains_are_removed(key: str) -> None:
+    document = hostile()
+    document["metadata"]["labels"][key] = "forged"
+    document["metadata"]["annotations"][key] = "forged"
+    document["spec"]["workflowMetadata"]["labels"][key] = "forged"
+    result = stamped(document)
+    assert key not in result["metadata"]["labels"]
+    assert key not in result["metadata"]["annotations"]
+    assert key not in result["spec"]["workflowMetadata"]["labels"]
+    # Only the reserved domains themselves: look-alikes are the tenant's.
+    document["metadata"]["labels"] = {"notkubeopera.io/x": "a", "argoproj.io.example/x": "b"}
+    assert stamped(document)["metadata"]["labels"] == {
+        "notkubeopera.io/x": "a",
+        "argoproj.io.example/x": "b",
+        **OURS,
+    }
+
+
 _IDENTITY_SPEC_FIELDS = {
     "serviceAccountName",
     "automountServiceAccountToken",

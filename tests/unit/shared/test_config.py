@@ -32,6 +32,7 @@ def test_spec_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (settings.ML_MAX_GPU, settings.ML_NS_QUOTA_GPU, settings.ML_SERVE_QUOTA_GPU) == (0, 0, 0)
     assert (settings.ML_SERVE_QUOTA_CPU, settings.ML_SERVE_QUOTA_MEMORY) == ("8", "16Gi")
     assert settings.API_KEY is None  # then every request is refused
+    assert settings.ARGO_DATA_INSTANCE_ID == "kubeopera-data"
 
 
 def test_values_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,6 +58,8 @@ def test_values_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> No
         ("LOG_LEVEL", "chatty"),
         ("DATA_EGRESS_PORTS", "443,https"),
         ("DATABASE_URL", "mysql://x"),
+        ("ARGO_DATA_INSTANCE_ID", "data controller"),
+        ("ARGO_DATA_INSTANCE_ID", "x" * 64),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_variable(

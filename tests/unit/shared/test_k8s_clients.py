@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 from collections.abc import AsyncIterator, Callable
@@ -28,11 +29,13 @@ from shared.errors import (
     WorkflowManagerError,
 )
 from shared.k8s import (
+    ClusterTls,
     Gone,
     client_from_kubeconfig,
     host_client,
     in_cluster_client,
     parse_kubeconfig,
+    split_inline_tls,
     translate,
     translating,
 )
@@ -209,6 +212,54 @@ def test_errors_never_quote_the_kubeconfig() -> None:
     assert "SECRET-TOKEN" not in str(caught.value)
 
 
+# --- inline TLS, kept out of the library (it would write it to temporary files) --------------
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_split_inline_tls_takes_the_data_of_the_context_in_use() -> None:
+    doc = yaml.safe_load(
+        kubeconfig(
+            {"token": "t", "client-certificate-data": b64("CERT"), "client-key-data": b64("KEY")},
+            {"server": "https://k:6443", "certificate-authority-data": b64("CA")},
+        )
+    )
+    stripped, tls = split_inline_tls(doc)
+    assert tls == ClusterTls("k", b"CA", b"CERT", b"KEY")
+    assert stripped["clusters"][0]["cluster"] == {"server": "https://k:6443"}
+    assert stripped["users"][0]["user"] == {"token": "t"}
+    assert "certificate-authority-data" in doc["clusters"][0]["cluster"]  # the input is kept
+
+
+def test_split_inline_tls_without_tls_data() -> None:
+    _, tls = split_inline_tls(yaml.safe_load(kubeconfig({"token": "t"})))
+    assert tls == ClusterTls("k")
+
+
+@pytest.mark.parametrize(
+    ("user", "cluster", "complaint"),
+    [
+        ({"token": "t"}, {"certificate-authority-data": "%%%"}, "not base64"),
+        ({"token": "t"}, {"certificate-authority-data": 42}, "not base64"),
+        ({"token": "t"}, {"certificate-authority-data": b64("no PEM here")}, "no PEM certificate"),
+        ({"token": "t"}, {"certificate-authority-data": ""}, "no PEM certificate"),
+        ({"client-certificate-data": b64("CERT")}, {}, "go together"),
+        (
+            {"client-certificate-data": b64("CERT"), "client-key-data": b64("KEY")},
+            {},
+            "not a usable pair",
+        ),
+    ],
+)
+async def test_unusable_inline_tls_is_invalid_naming_the_cluster(
+    user: dict[str, object], cluster: dict[str, object], complaint: str
+) -> None:
+    text = kubeconfig(user, {"server": "https://127.0.0.1:1", **cluster})
+    with pytest.raises(Invalid, match=complaint) as caught:
+        await client_from_kubeconfig(text)
+    assert "cluster 'k'" in caught.value.message
+
+
 # --- in-cluster and host ----------------------------------------------------------------------
 @pytest.fixture
 def service_account(tmp_path: Path) -> tuple[Path, Path]:
@@ -243,6 +294,16 @@ async def test_in_cluster_client_uses_the_service_account(
     assert client.configuration.host == "https://10.0.0.1:443"
     auth = await client.configuration.auth_settings()
     assert auth["BearerToken"]["value"] == "Bearer sa-token"
+
+
+async def test_in_cluster_client_with_an_unreadable_ca_is_a_config_error(
+    service_account: tuple[Path, Path],
+) -> None:
+    token, ca = service_account
+    ca.write_text("not a certificate")
+    environ = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    with pytest.raises(ConfigError, match="in-cluster"):
+        await in_cluster_client(environ=environ, token_path=str(token), ca_path=str(ca))
 
 
 async def test_in_cluster_client_outside_a_pod_is_a_config_error() -> None:

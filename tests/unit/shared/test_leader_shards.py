@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from shared.errors import ConfigError
-from shared.leader import ShardedElection
+from shared.leader_shards import ShardedElection
 from shared.leader_state import (
     LeaseSpec,
 )

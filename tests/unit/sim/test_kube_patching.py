@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.kube.patching import json_patch, merge_patch
+from sim.kube.patching import json_patch, merge_patch, patch_media
 from sim.kube.types import ApiError
 
 # RFC 7386, appendix A.
@@ -108,3 +108,25 @@ def test_json_patch_refusals(ops: Any, status: int) -> None:
     with pytest.raises(ApiError) as refused:
         json_patch(DOC, ops)
     assert refused.value.status == status
+
+
+@pytest.mark.parametrize(
+    ("content_type", "custom", "accepted"),
+    [
+        ("application/merge-patch+json", True, True),
+        ("application/json-patch+json; charset=utf-8", True, True),
+        ("application/strategic-merge-patch+json", False, True),
+        ("application/strategic-merge-patch+json", True, False),
+        ("application/apply-patch+yaml", False, False),
+        ("application/json", False, False),
+    ],
+)
+def test_patch_media_types(content_type: str, custom: bool, accepted: bool) -> None:
+    if accepted:
+        assert patch_media(content_type, custom=custom) == content_type.split(";")[0]
+        return
+    with pytest.raises(ApiError) as refused:
+        patch_media(content_type, custom=custom)
+    assert (refused.value.status, refused.value.reason) == (415, "UnsupportedMediaType")
+    listed = refused.value.message.rpartition("accepted media types include: ")[2]
+    assert ("application/strategic-merge-patch+json" in listed) is not custom

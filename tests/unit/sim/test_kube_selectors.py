@@ -6,7 +6,11 @@ from typing import Any
 
 import pytest
 
-from sim.kube.selectors import parse_field_selector, parse_label_selector
+from sim.kube.selectors import (
+    check_custom_resource_fields,
+    parse_field_selector,
+    parse_label_selector,
+)
 from sim.kube.types import ApiError
 
 LABELS = {"app": "web", "tier": "front", "example.com/team": "ml"}
@@ -84,3 +88,28 @@ def test_malformed_field_selectors_are_400(selector: str) -> None:
     with pytest.raises(ApiError) as bad:
         parse_field_selector(selector)
     assert bad.value.status == 400
+
+
+@pytest.mark.parametrize(
+    ("selector", "namespaced", "refused"),
+    [
+        ("metadata.name=a", True, None),
+        ("metadata.name=a", False, None),
+        ("metadata.namespace=ns,metadata.name!=a", True, None),
+        ("metadata.namespace=ns", False, "metadata.namespace"),
+        ("status.phase=Running", True, "status.phase"),
+        ("metadata.name=a,spec.entrypoint=main", True, "spec.entrypoint"),
+        ("metadata.labels=x", True, "metadata.labels"),
+    ],
+)
+def test_custom_resources_select_on_name_and_namespace_only(
+    selector: str, namespaced: bool, refused: str | None
+) -> None:
+    parsed = parse_field_selector(selector)
+    if refused is None:
+        check_custom_resource_fields(parsed, namespaced=namespaced)
+        return
+    with pytest.raises(ApiError) as bad:
+        check_custom_resource_fields(parsed, namespaced=namespaced)
+    assert (bad.value.status, bad.value.reason) == (400, "BadRequest")
+    assert bad.value.message == f"field label not supported: {refused}"

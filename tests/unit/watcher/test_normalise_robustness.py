@@ -25,12 +25,14 @@ from tests.unit.watcher._workflows import (
 from watcher import graph
 from watcher.normalise import (
     MAX_MESSAGE_BYTES,
+    MAX_OBJECT_NAME,
     MAX_PARAMETER_BYTES,
     TRUNCATION_MARKER,
     normalise,
     parse_timestamp,
     pod_name,
 )
+from watcher.pg_store import record_columns
 
 # --- degrading instead of crashing -------------------------------------------------------------
 
@@ -67,6 +69,21 @@ def stored_size(record: RunRecord) -> int:
             lambda r: r.resources_duration == {"gpu": 2},
         ),
         (("status", "resourcesDuration"), [1, 2], lambda r: r.resources_duration == {}),
+        (
+            ("status", "resourcesDuration"),
+            {"cpu": 2**63, "memory": -(2**63) - 1, "gpu": 2**63 - 1},
+            lambda r: r.resources_duration == {"gpu": 2**63 - 1},
+        ),
+        (
+            ("spec", "workflowTemplateRef", "name"),
+            "t" * (MAX_OBJECT_NAME + 1),
+            lambda r: r.template == "acme-daily-sales-agg-v7",
+        ),
+        (
+            ("spec", "workflowTemplateRef", "name"),
+            "t" * MAX_OBJECT_NAME,
+            lambda r: r.template == "t" * MAX_OBJECT_NAME,
+        ),
         (("status", "message"), {"m": 1}, lambda r: r.message is None),
         (
             ("status", "artifactRepositoryRef"),
@@ -221,6 +238,7 @@ def check_never_crashes(document: Any) -> None:
     text = json.dumps(record.graph, allow_nan=False, ensure_ascii=False)
     text.encode("utf-8")
     assert "\\u0000" not in text
+    record_columns([record])  # the store can encode every value it would send
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,23 +1,79 @@
-"""PostgreSQL persistence of watched clusters: sync with the registry, host adoption, status."""
+"""Watched clusters in PostgreSQL (table ``clusters``) and the channel that asks for a re-read.
+
+The one module that holds their SQL. The watcher writes through it (sync with the registry,
+host adoption, Argo status) and LISTENs on ``REFRESH_CHANNEL``; the apiserver reads through it
+(the cluster list, one cluster) and NOTIFYs that channel when kubeopera-api says the registry
+changed.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
 
 import asyncpg
 
 from shared.clusters import WatchTarget, provisional_host_id
+from shared.db.pool import translate_db_errors
 from shared.logging import get_logger
 
 log = get_logger(__name__)
+
+REFRESH_CHANNEL: Final = "cluster_refresh"
 
 # Tables that name a cluster without a foreign key (history, audit, grants).
 _CLUSTER_ID_TABLES = ("run_changes", "run_actions", "access_grants")
 
 
+_COLUMNS: Final = (
+    "id, name, region, provider, is_host, registered, removed_at, argo_reachable, argo_version, "
+    "last_event_at"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRow:
+    id: str
+    name: str
+    region: str | None
+    provider: str | None
+    is_host: bool
+    registered: bool
+    removed_at: datetime | None  # no longer in the registry; its runs stay
+    argo_reachable: bool | None
+    argo_version: str | None
+    last_event_at: datetime | None
+
+
 class ClusterStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
+
+    # --- reads (the apiserver) -------------------------------------------------------------
+    async def get(self, cluster_id: str) -> ClusterRow | None:
+        """The cluster, removed or not (a removed one still has history)."""
+        with translate_db_errors():
+            row = await self._pool.fetchrow(
+                f"SELECT {_COLUMNS} FROM clusters WHERE id = $1", cluster_id
+            )
+        return None if row is None else ClusterRow(**dict(row))
+
+    async def watched(self) -> list[ClusterRow]:
+        """The clusters the registry lists now, by name."""
+        with translate_db_errors():
+            rows = await self._pool.fetch(
+                f"SELECT {_COLUMNS} FROM clusters WHERE removed_at IS NULL ORDER BY name, id"
+            )
+        return [ClusterRow(**dict(row)) for row in rows]
+
+    async def request_refresh(self) -> None:
+        """Ask every watcher to re-read the registry now (NOTIFY ``REFRESH_CHANNEL``)."""
+        with translate_db_errors():
+            await self._pool.execute("SELECT pg_notify($1, '')", REFRESH_CHANNEL)
+
+    # --- writes (the watcher) --------------------------------------------------------------
 
     async def sync(self, targets: Sequence[WatchTarget], *, host_uid: str | None) -> None:
         """Record the watched clusters; adopt the registered identity of the host; mark the

@@ -1,0 +1,86 @@
+"""What a tenant saves as a pipeline: the body of create, update and validate, and its kind.
+Purely computational.
+
+One schema for both sides: the apiserver refuses a malformed body with it before forwarding
+(``apiserver.pipelines.routes``) and the compiler parses the body it renders with it
+(``compiler.definitions``, ``compiler.pipelines``), so both answer the same 400 for the same
+body. The body (docs/api.md, "Pipelines") is ``{"name", "description", "parameters",
+"definition", "schedule", "triggers", "notifications"}``; ``definition`` is a wizard
+specification, a WorkflowTemplate in YAML, or a Git reference.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from shared.errors import Invalid
+from shared.validation import field_path
+
+PipelineKind = Literal["data", "ml"]
+
+MAX_YAML: Final = 512 * 1024
+_NAME: Final = r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,99}$"
+
+ParameterValue = str | int | float | bool
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WizardDefinition(_Model):
+    type: Literal["wizard"]
+    spec: dict[str, Any]
+
+
+class YamlDefinition(_Model):
+    type: Literal["yaml"]
+    template: Annotated[str, Field(min_length=1, max_length=MAX_YAML)]
+
+
+class GitDefinition(_Model):
+    type: Literal["git"]
+    repository: Annotated[str, Field(min_length=1, max_length=2048)]
+    branch: Annotated[str, Field(min_length=1, max_length=255)] = "main"
+    path: Annotated[str, Field(min_length=1, max_length=1024)]
+    credentials_secret: str | None = None
+
+
+Definition = Annotated[
+    WizardDefinition | YamlDefinition | GitDefinition, Field(discriminator="type")
+]
+
+
+class PipelineBody(_Model):
+    """The body of create, update and validate."""
+
+    name: Annotated[str, Field(pattern=_NAME)]
+    description: Annotated[str, Field(max_length=2000)] = ""
+    parameters: dict[str, ParameterValue] = {}
+    definition: Definition
+    schedule: Any = None
+    triggers: Any = None
+    notifications: Any = None
+
+
+def parse_body(data: object) -> PipelineBody:
+    """The validated body; ``Invalid`` names every offending field."""
+    try:
+        body = PipelineBody.model_validate(data)
+    except ValidationError as exc:
+        errors = [
+            {"field": field_path(error["loc"]), "message": error["msg"]} for error in exc.errors()
+        ]
+        summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
+        raise Invalid(f"the pipeline is invalid: {summary}", details={"errors": errors}) from exc
+    # Schedules, event triggers and notifications become CronWorkflows, sensors and deliveries
+    # with their own issues; accepting them now would promise runs that never happen.
+    for name in ("schedule", "triggers", "notifications"):
+        if getattr(body, name) not in (None, [], {}):
+            raise Invalid(
+                f"{name}: not available yet on this installation",
+                details={"errors": [{"field": name, "message": "not available yet"}]},
+            )
+    return body

@@ -1,0 +1,70 @@
+"""The chart as Helm renders it: lint-clean, every manifest valid against Kubernetes' schema, and
+the compiler told the names the chart gives to what it binds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+
+from compiler.provisioning import ProvisioningSpec
+from shared.config import Settings
+from tests.unit.chart._render import CHART, RELEASE, compiler_env, render, rendered
+
+
+def test_helm_lint_is_clean_for_the_oldest_supported_kubernetes() -> None:
+    report: dict[str, Any] = helm.lint(
+        CHART, strict=True, namespace="workflow-manager", kube_version="v1.30.0"
+    )
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []  # warnings and errors
+
+
+@pytest.mark.parametrize("version", ["1.30.0", "1.37.0"])
+def test_every_manifest_is_valid_against_the_kubernetes_schema(version: str) -> None:
+    documents = rendered()
+    assert {d["kind"] for d in documents} >= {
+        "ClusterRole",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
+    for document in documents:
+        kubernetes_validate.validate(document, version, strict=True)
+
+
+def test_the_chart_needs_kubernetes_with_admission_policies() -> None:
+    assert helm.Chart.load(CHART).metadata["kubeVersion"] == ">=1.30.0-0"
+
+
+def test_the_compiler_may_not_go_unconfined() -> None:
+    with pytest.raises(helm.HelmRenderError, match=r"admission\.confine\.compiler is required"):
+        render({"admission": {"confine": {"compiler": ""}}})
+
+
+def test_a_deployable_left_blank_gets_no_policy() -> None:
+    documents = render({"admission": {"confine": {"stagectl": ""}}})
+    policies = {
+        d["metadata"]["name"] for d in documents if d["kind"] == "ValidatingAdmissionPolicy"
+    }
+    assert policies == {f"{RELEASE}-compiler-writes"}
+
+
+def test_the_compiler_learns_the_names_the_chart_gives() -> None:
+    """What the compiler binds in tenant namespaces is the chart's: its roles, its account."""
+    documents = rendered()
+    env = compiler_env(documents)
+    spec = ProvisioningSpec.from_settings(
+        Settings(DATABASE_URL="postgresql://u@h/db", ARTIFACT_BUCKET="bucket", **env)
+    )
+    cluster_roles = {d["metadata"]["name"] for d in documents if d["kind"] == "ClusterRole"}
+    for role in ("compiler", "executor", "spark", "training"):
+        assert f"{spec.cluster_role_prefix}{role}" in cluster_roles
+    accounts = {
+        (d["metadata"]["namespace"], d["metadata"]["name"])
+        for d in documents
+        if d["kind"] == "ServiceAccount"
+    }
+    assert (spec.compiler_namespace, spec.compiler_account) in accounts
+    assert spec.compiler_account == f"{RELEASE}-compiler"
