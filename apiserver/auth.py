@@ -9,7 +9,6 @@ route declares (``Access``).
 from __future__ import annotations
 
 import hmac
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -20,6 +19,7 @@ from aiohttp.typedefs import Middleware
 
 from apiserver.scope import Scope
 from shared.errors import Forbidden, Invalid, Unauthorized
+from shared.identifiers import TENANT_ID
 from shared.logging import bind
 from shared.web import header_bytes, is_text
 
@@ -31,7 +31,6 @@ ACTOR_HEADER: Final = "X-Kubeopera-Actor"
 ACTING_TENANT_PARAM: Final = "acting_tenant"
 
 # Tenant ids end up in namespace names (kubeopera-data-<tenant>): a DNS-label-like shape.
-TENANT_ID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,46}[a-z0-9])?$")
 _MAX_ACTOR = 256
 
 

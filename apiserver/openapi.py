@@ -13,11 +13,11 @@ from apiserver.auth import (
     ADMIN_HEADER,
     PERMISSIONS_HEADER,
     TENANT_HEADER,
-    TENANT_ID,
     Permission,
     Special,
 )
 from apiserver.routing import API_PREFIX, ROUTE_SPEC, Param, RouteSpec, path_params
+from shared.identifiers import TENANT_ID
 from shared.web import REQUEST_ID_HEADER
 
 _ERROR = {

@@ -12,6 +12,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from apiserver.auth import Access
+from shared import identifiers as ids
 from shared.errors import Invalid
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -63,13 +64,12 @@ class Param:
 
 # Kubernetes names: a namespace is a DNS-1123 label, a workflow, template or node (Argo derives
 # node ids and pod names from the workflow's name) a DNS-1123 subdomain.
-DNS_LABEL: Final = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-DNS_SUBDOMAIN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-# Cluster ids are the registry's (or host-<kube-system uid>): DNS-like, case kept.
-CLUSTER_ID: Final = r"^[A-Za-z0-9]([-A-Za-z0-9._:]{0,251}[A-Za-z0-9])?$"
+DNS_LABEL: Final = ids.DNS_LABEL_PATTERN
+DNS_SUBDOMAIN: Final = ids.DNS_SUBDOMAIN_PATTERN
+CLUSTER_ID: Final = ids.CLUSTER_ID_PATTERN
 # Argo's own rule for artifact (and parameter) names.
 ARTIFACT_NAME: Final = r"^[-A-Za-z0-9_]+$"
-PIPELINE_ID: Final = r"^[a-z0-9]{1,40}$"
+PIPELINE_ID: Final = ids.PIPELINE_ID_PATTERN
 
 # Every path placeholder of every route, with the rule checked before its handler runs (an
 # unknown placeholder fails at registration: nothing is served undocumented).

@@ -16,21 +16,19 @@ they are.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Final, cast
 
 from aiohttp import web
 
 from compiler.pipelines import Caller, PipelineService
 from shared.errors import Invalid, NotFound
+from shared.identifiers import PIPELINE_ID, TENANT_ID
 from shared.pipelines import PipelineKind
 from shared.web import error_middleware, json_body, key_middleware, request_id_header
 
 INTERNAL_KEY_HEADER: Final = "X-Internal-Key"
 PREFIX: Final = "/internal/v1/pipelines"
 MAX_BODY: Final = 1024 * 1024  # a YAML template may be 512 KiB, inside JSON
-_TENANT = re.compile(r"^[a-z0-9]([a-z0-9-]{0,46}[a-z0-9])?$")
-_ID = re.compile(r"^[a-z0-9]{1,40}$")
 SERVICE = web.AppKey("pipelines", PipelineService)
 
 
@@ -43,7 +41,7 @@ def _kind(request: web.Request) -> PipelineKind:
 
 def _pipeline_id(request: web.Request) -> str:
     pipeline_id = request.match_info["id"]
-    if not _ID.fullmatch(pipeline_id):
+    if not PIPELINE_ID.fullmatch(pipeline_id):
         raise NotFound(f"no pipeline {pipeline_id!r}", details={"id": pipeline_id})
     return pipeline_id
 
@@ -51,7 +49,7 @@ def _pipeline_id(request: web.Request) -> str:
 async def _call(request: web.Request) -> tuple[Caller, dict[str, Any]]:
     body = await json_body(request, max_body=MAX_BODY)
     tenant, actor = body.get("tenant"), body.get("actor")
-    if not isinstance(tenant, str) or not _TENANT.fullmatch(tenant):
+    if not isinstance(tenant, str) or not TENANT_ID.fullmatch(tenant):
         raise Invalid("tenant: a valid tenant id is required", details={"parameter": "tenant"})
     if not isinstance(actor, str) or not actor:
         raise Invalid("actor: required", details={"parameter": "actor"})

@@ -85,6 +85,7 @@ from compiler.stamping import (
 from shared import labels as L
 from shared import storage
 from shared.errors import ConfigError
+from shared.identifiers import TENANT_ID
 from shared.quantity import cpu_millis, memory_bytes
 
 if TYPE_CHECKING:
@@ -95,7 +96,6 @@ if TYPE_CHECKING:
 SPEC_SCHEMA_VERSION: Final = 2
 
 # A tenant id: a DNS label short enough that "kubeopera-data-<tenant>" is one (<= 63).
-TENANT_ID: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,46}[a-z0-9])?$")
 
 QUOTA_NAME: Final = "kubeopera-quota"
 LIMITS_NAME: Final = "kubeopera-limits"

@@ -31,12 +31,12 @@ from typing import Any, Final
 
 from shared import storage
 from shared.errors import ConfigError, Invalid
+from shared.identifiers import TENANT_ID
 
 PARTITION: Final = "aws"  # the platform runs in commercial regions; aws-cn/aws-us-gov would differ
 POLICY_VERSION: Final = "2012-10-17"
 POLICY_NAME: Final = "workflow-manager-storage"  # the inline policy's name on every tenant user
 
-TENANT_ID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,46}[a-z0-9])?$")
 MAX_TENANT_LENGTH: Final = 48
 MAX_USER_NAME_LENGTH: Final = 64  # IAM's limit
 # Room left for the prefix once the longest tenant id is in the name.

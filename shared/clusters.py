@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.errors import Invalid
+from shared.identifiers import CLUSTER_ID
 from shared.runs import ClusterRef
 
 
@@ -55,6 +56,13 @@ def parse_registry(payload: Any) -> list[RegistryEntry]:
     for index, item in enumerate(payload):
         if not isinstance(item, Mapping) or not isinstance(item.get("id"), str) or not item["id"]:
             raise Invalid(f"cluster registry entry {index} has no id")
+        if not CLUSTER_ID.fullmatch(item["id"]):
+            # Runs are addressed by cluster id in every route: one we could not route to would
+            # leave its runs unreachable.
+            raise Invalid(
+                f"cluster registry entry {index} has an id that is not a cluster id "
+                "(letters, digits and -._: , at most 253 characters)"
+            )
 
         def text(key: str, item: Mapping[str, Any] = item) -> str | None:
             value = item.get(key)

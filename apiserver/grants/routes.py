@@ -6,13 +6,14 @@ from typing import Any
 
 from aiohttp import web
 
-from apiserver.auth import TENANT_ID, Special, identity_of
+from apiserver.auth import Special, identity_of
 from apiserver.grants.pg_grants import GrantRow
 from apiserver.params import json_body, query_params, text_field
 from apiserver.routing import API_PREFIX, Param, RouteSpec
 from apiserver.runs.query import iso
 from apiserver.services import SERVICES
 from shared.errors import Invalid, NotFound
+from shared.identifiers import TENANT_ID
 
 
 def _item(row: GrantRow) -> dict[str, Any]:
@@ -38,6 +39,8 @@ async def list_grants(request: web.Request) -> web.Response:
     params = query_params(request, {"tenant"})
     tenants = params.get("tenant") or []
     tenant = tenants[0] if tenants else None
+    if tenant is not None and not TENANT_ID.fullmatch(tenant):
+        raise Invalid("tenant: not a valid tenant id", details={"parameter": "tenant"})
     rows = await services.grants.listed(tenant=tenant)
     return web.json_response({"items": [_item(row) for row in rows]})
 
@@ -98,8 +101,10 @@ ROUTES = (
         Special.ADMIN,
         "Access grants, optionally of one tenant.",
         "access-grants",
-        query=(Param("tenant", "Only this tenant's grants."),),
-        responses={200: "GrantList", 403: "Error"},
+        query=(
+            Param("tenant", "Only this tenant's grants.", pattern=TENANT_ID.pattern, max_length=48),
+        ),
+        responses={200: "GrantList", 400: "Error", 403: "Error"},
     ),
     RouteSpec(
         "POST",

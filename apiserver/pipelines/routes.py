@@ -25,6 +25,7 @@ from apiserver.services import SERVICES, Services
 from shared import cursors
 from shared.db.pipelines import PipelineRow, VersionRow
 from shared.errors import DependencyDown, Invalid, NotFound
+from shared.identifiers import PIPELINE_ID
 from shared.pipelines import PipelineKind, parse_body
 from shared.web import json_body
 
@@ -33,7 +34,6 @@ DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 500
 MAX_QUERY: Final = 100
 _KINDS: Final[Mapping[str, PipelineKind]] = {"data-pipelines": "data", "ml-pipelines": "ml"}
-_ID_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
 
 
 def _kind(request: web.Request) -> PipelineKind:
@@ -42,7 +42,7 @@ def _kind(request: web.Request) -> PipelineKind:
 
 def _pipeline_id(request: web.Request) -> str:
     pipeline_id = request.match_info["id"]
-    if not pipeline_id or len(pipeline_id) > 40 or not set(pipeline_id) <= _ID_CHARS:
+    if not PIPELINE_ID.fullmatch(pipeline_id):
         raise NotFound(f"no pipeline {pipeline_id!r}", details={"id": pipeline_id})
     return pipeline_id
 

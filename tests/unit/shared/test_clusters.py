@@ -70,7 +70,21 @@ def test_parse_registry_contract() -> None:
     assert entries[1] == RegistryEntry("c2", "c2", None, None, None, None)
 
 
-@pytest.mark.parametrize("payload", [{}, "x", [{"name": "no id"}], [{"id": ""}], [1]])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {},
+        "x",
+        [{"name": "no id"}],
+        [{"id": ""}],
+        [1],
+        # ids no route could address: the cluster's runs would be unreachable
+        [{"id": "a/b"}],
+        [{"id": "-c1"}],
+        [{"id": "c 1"}],
+        [{"id": "c" * 254}],
+    ],
+)
 def test_parse_registry_refuses_malformed_answers(payload: object) -> None:
     with pytest.raises(Invalid):
         parse_registry(payload)
