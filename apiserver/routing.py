@@ -12,6 +12,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from apiserver.auth import Access
+from apiserver.paging import DEFAULT_LIMIT, MAX_LIMIT
 from shared import identifiers as ids
 from shared.errors import Invalid
 
@@ -99,6 +100,17 @@ PATH_PARAMS: Final[Mapping[str, Param]] = {
         Param("id", "Pipeline id.", pattern=PIPELINE_ID, max_length=40, example="a1b2c3"),
     )
 }
+# The page of every keyset-paginated list (apiserver.paging holds the rule).
+PAGE: Final = (
+    Param(
+        "limit",
+        f"Page size (default {DEFAULT_LIMIT}).",
+        type="integer",
+        minimum=1,
+        maximum=MAX_LIMIT,
+    ),
+    Param("cursor", "The next_cursor of the previous page."),
+)
 PLACEHOLDER: Final = re.compile(r"{([^}]+)}")
 
 

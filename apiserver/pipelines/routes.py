@@ -18,8 +18,9 @@ from typing import Any, Final
 from aiohttp import web
 
 from apiserver.auth import Identity, Permission, identity_of
+from apiserver.paging import parse_limit
 from apiserver.params import query_params
-from apiserver.routing import API_PREFIX, Param, RouteSpec
+from apiserver.routing import API_PREFIX, PAGE, Param, RouteSpec
 from apiserver.runs.query import iso
 from apiserver.services import SERVICES, Services
 from shared import cursors
@@ -30,8 +31,6 @@ from shared.pipelines import PipelineKind, parse_body
 from shared.web import json_body
 
 MAX_BODY: Final = 1024 * 1024
-DEFAULT_LIMIT: Final = 50
-MAX_LIMIT: Final = 500
 MAX_QUERY: Final = 100
 _KINDS: Final[Mapping[str, PipelineKind]] = {"data-pipelines": "data", "ml-pipelines": "ml"}
 
@@ -54,14 +53,6 @@ def _writer(identity: Identity) -> str:
             details={"parameter": "acting_tenant"},
         )
     return identity.tenant
-
-
-def _limit(params: Mapping[str, list[str]]) -> int:
-    values = params.get("limit") or [str(DEFAULT_LIMIT)]
-    text = values[0]
-    if len(values) > 1 or not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
-        raise Invalid(f"limit: expected 1 to {MAX_LIMIT}", details={"parameter": "limit"})
-    return int(text)
 
 
 def _after(
@@ -117,7 +108,7 @@ async def list_pipelines(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     identity = identity_of(request)
     params = query_params(request, {"limit", "cursor", "q"})
-    limit = _limit(params)
+    limit = parse_limit(params.get("limit"))
     text = (params.get("q") or [""])[0].strip()
     if len(text) > MAX_QUERY:
         raise Invalid(f"q: at most {MAX_QUERY} characters", details={"parameter": "q"})
@@ -153,7 +144,7 @@ async def list_versions(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     identity = identity_of(request)
     params = query_params(request, {"limit", "cursor"})
-    limit = _limit(params)
+    limit = parse_limit(params.get("limit"))
     pipeline = await _visible(services, identity, request)
     bound_to = cursors.binding(request.path, tenant=identity.tenant)
     after = _after(services, params, bound_to=bound_to, shape=(int,))
@@ -243,16 +234,6 @@ async def run(request: web.Request) -> web.Response:
 
 
 _ACTING = Param("acting_tenant", "An administrator acting for this tenant.")
-_PAGE = (
-    Param(
-        "limit",
-        f"Page size (default {DEFAULT_LIMIT}).",
-        type="integer",
-        minimum=1,
-        maximum=MAX_LIMIT,
-    ),
-    Param("cursor", "The next_cursor of the previous page."),
-)
 _PIPELINE_BODY = {
     "type": "object",
     "required": ["name", "definition"],
@@ -281,7 +262,7 @@ def _routes(prefix: str, what: str) -> tuple[RouteSpec, ...]:
             read,
             f"{what} of the caller's tenant, by name.",
             prefix,
-            query=(*_PAGE, Param("q", "Only names containing this text."), _ACTING),
+            query=(*PAGE, Param("q", "Only names containing this text."), _ACTING),
             responses={200: "PipelineList", 400: "Error", 403: "Error"},
         ),
         RouteSpec(
@@ -344,7 +325,7 @@ def _routes(prefix: str, what: str) -> tuple[RouteSpec, ...]:
             read,
             "Version history, newest first.",
             prefix,
-            query=(*_PAGE, _ACTING),
+            query=(*PAGE, _ACTING),
             responses={200: "PipelineVersionList", 400: "Error", 403: "Error", 404: "Error"},
         ),
         RouteSpec(

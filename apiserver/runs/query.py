@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
+from apiserver.paging import DEFAULT_LIMIT, parse_limit
 from apiserver.scope import Scope
 from shared import cursors
 from shared.errors import Invalid
@@ -33,8 +34,6 @@ TEXT_KEY: Final = (
 )
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 LIST_NAME: Final = "workflows"  # what its cursors are bound to
-DEFAULT_LIMIT: Final = 50
-MAX_LIMIT: Final = 500
 MAX_VALUES: Final = 50
 MAX_VALUE_LENGTH: Final = 253
 MAX_TEXT_LENGTH: Final = 200
@@ -233,12 +232,7 @@ def parse_page(
 ) -> Page:
     """limit, order and cursor; the cursor must come from the same list, tenant, filters and
     order, signed with ``codec``'s key."""
-    limit = DEFAULT_LIMIT
-    if "limit" in params:
-        text = _single("limit", params["limit"]).strip()
-        if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
-            raise _bad("limit", f"expected an integer from 1 to {MAX_LIMIT}", text)
-        limit = int(text)
+    limit = parse_limit(params.get("limit"))
     order: Order = "desc"
     if "order" in params:
         text = _single("order", params["order"]).strip().lower()

@@ -9,14 +9,12 @@ from aiohttp import web
 
 from apiserver.auth import Identity, Permission, identity_of
 from apiserver.params import query_params
-from apiserver.routing import API_PREFIX, Param, RouteSpec
+from apiserver.routing import API_PREFIX, PAGE, Param, RouteSpec
 from apiserver.runs.pg_runs import Row, action_item
 from apiserver.runs.query import (
     AFTER_PARAM,
     BEFORE_PARAM,
-    DEFAULT_LIMIT,
     FILTER_PARAMS,
-    MAX_LIMIT,
     MAX_TEXT_LENGTH,
     PAGE_PARAMS,
     TEXT_PARAM,
@@ -62,14 +60,7 @@ FILTER_DOCS: tuple[Param, ...] = (
     Param("acting_tenant", "An administrator acting for this tenant."),
 )
 PAGE_DOCS: tuple[Param, ...] = (
-    Param(
-        "limit",
-        f"Page size (default {DEFAULT_LIMIT}).",
-        type="integer",
-        minimum=1,
-        maximum=MAX_LIMIT,
-    ),
-    Param("cursor", "The next_cursor of the previous page."),
+    *PAGE,
     Param("order", "By start time: desc (default, newest first) or asc.", enum=("asc", "desc")),
 )
 

@@ -116,3 +116,16 @@ async def test_an_altered_cursor_is_refused(api: Api) -> None:
         assert "altered" in await refused(api, path, f"{forged}.{mac}", ACME)
         for tampered in (payload, f"{payload}.", "x" + cursor, cursor + "x"):
             await refused(api, path, tampered, ACME)
+
+
+async def test_every_list_refuses_a_limit_that_is_not_an_ascii_integer(api: Api) -> None:
+    """One page rule for every list: "²" passes str.isdigit but not int() (a 500 before)."""
+    first, _ = await add_pipelines(api, "acme", "a", "b")
+    for path in (
+        "/api/v1/workflows",
+        "/api/v1/data-pipelines",
+        f"/api/v1/data-pipelines/{first}/versions",
+    ):
+        for limit in ("²", "0", "501"):
+            status, body = await api.get(path, as_=ACME, limit=limit)
+            assert (status, body["details"]["parameter"]) == (400, "limit"), (path, limit)

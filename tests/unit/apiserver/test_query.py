@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from apiserver.paging import MAX_LIMIT
 from apiserver.runs.query import (
-    MAX_LIMIT,
     Cursor,
     Page,
     RunFilters,
