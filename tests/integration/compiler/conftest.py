@@ -1,5 +1,7 @@
-"""The moto-with-authentication fixtures live in moto_iam.py so tests can import its helpers too."""
+"""Fixtures live in modules of their own so tests can import their helpers too: moto with
+authentication (moto_iam.py) and the pipelines stack (pipeline_stack.py)."""
 
 from tests.integration.compiler.moto_iam import moto, observed, tenant, users
+from tests.integration.compiler.pipeline_stack import stack
 
-__all__ = ["moto", "observed", "tenant", "users"]
+__all__ = ["moto", "observed", "stack", "tenant", "users"]
