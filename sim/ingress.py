@@ -326,3 +326,31 @@ async def start_app(app: web.Application, *, port: int = 0) -> tuple[web.AppRunn
     port = port or free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     return runner, port
+
+
+def empty_handler() -> web.Application:
+    """The least an aiohttp handler can do: the benchmark's yardstick for inference_auth."""
+
+    async def empty(request: web.Request) -> web.Response:
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_get(AUTH_PATH, empty)
+    return app
+
+
+def main() -> None:
+    """`python -m sim.ingress {model,empty} --port P`: one server in a process of its own, so a
+    benchmark measures it without sharing the measuring process's event loop."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("app", choices=["model", "empty"])
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    app = model_backend() if args.app == "model" else empty_handler()
+    web.run_app(app, host="127.0.0.1", port=args.port, access_log=None, print=None)
+
+
+if __name__ == "__main__":
+    main()
