@@ -36,10 +36,9 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._common import scratch_database
 from shared.db.inference_tokens import TokenStore
 from shared.inference_tokens import endpoint_host
-
-from bench._common import scratch_database
 from sim.ingress import AUTH_PATH, ExternalAuth, Nginx, Site, free_port
 
 REDIS_URL = os.environ.get("WM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
