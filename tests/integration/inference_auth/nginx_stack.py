@@ -114,9 +114,11 @@ async def _start_replica(env: dict[str, str], *, log: Path) -> subprocess.Popen[
 
 @pytest.fixture
 async def stack(
-    db: asyncpg.Pool, database_url: str, redis_url: str, tmp_path: Path
+    db: asyncpg.Pool, reader_url: str, redis_url: str, tmp_path: Path
 ) -> AsyncIterator[Stack]:
-    postgres = CuttableProxy(target_host="127.0.0.1", target_port=urlsplit(database_url).port or 0)
+    """inference_auth connects as a LOGIN member of `wm_inference_auth` (conftest.py), as in
+    production; the test writes tokens through the store on the owner's pool."""
+    postgres = CuttableProxy(target_host="127.0.0.1", target_port=urlsplit(reader_url).port or 0)
     redis = CuttableProxy(target_host="127.0.0.1", target_port=urlsplit(redis_url).port or 6379)
     await postgres.start()
     await redis.start()
@@ -140,7 +142,7 @@ async def stack(
             http_port, health_port = free_port(), free_port()
             env = {
                 **os.environ,
-                "DATABASE_URL": _through(database_url, postgres.port),
+                "DATABASE_URL": _through(reader_url, postgres.port),
                 "REDIS_URL": _through(redis_url, redis.port),
                 "ML_SERVING_DOMAIN": DOMAIN,
                 "HTTP_PORT": str(http_port),
