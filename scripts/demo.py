@@ -378,7 +378,7 @@ async def inference_showcase(url: str, processes: dict[str, subprocess.Popen[byt
         )
         async with nginx, aiohttp.ClientSession() as http:
             log(
-                f"model endpoint https://{hosts[0]} (nginx {nginx.url}, auth_request → "
+                f"model endpoint {hosts[0]} (nginx {nginx.url}, auth_request → "
                 "inference_auth, as ingress-nginx renders auth-url; tokens from the token module)"
             )
 
