@@ -32,7 +32,7 @@ from aiohttp import web
 AUTH_PATH = "/internal/v1/inference-auth"
 # The Service name the chart gives the deployable; nginx sends it as the auth request's `Host`
 # (ingress-nginx sets `Host` to the auth URL's host, never the client's).
-AUTH_SERVICE_HOST = "inference-auth.workflow-manager.svc.cluster.local"
+AUTH_SERVICE_HOST = "workflow-manager-inference-auth.workflow-manager.svc"
 
 
 @dataclass(frozen=True)
