@@ -1,17 +1,91 @@
-"""Wires the inference_auth deployable.
+"""Wires the inference_auth deployable: the pool (as role ``wm_inference_auth``, which reads the
+token tables and nothing else), the token cache and its LISTEN connection, Redis, the check on
+HTTP_PORT, and health and metrics on HEALTH_PORT.
 
-For now it runs in the process frame every deployable shares (``shared.frame``): migrations,
-the health and metrics side server, and a graceful stop on SIGTERM. Its routes and loops
-arrive with their issues (docs/architecture.md lists what each deployable will do).
+It applies no migrations: its role may not (the other deployables do, at their start); until the
+tables exist every token is refused and ``/readyz`` says why. Replicas are stateless: each keeps
+its own cache, current through PostgreSQL notifications.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import asyncpg
+from aiohttp import web
+
+from inference_auth.app import create_app
+from inference_auth.cache import TokenCache
+from inference_auth.check import Checker
+from inference_auth.guard import RedisGuard
+from inference_auth.listener import TokenListener
 from shared.config import Settings
-from shared.frame import serve_frame
+from shared.db.inference_tokens import TokenStore
+from shared.db.pool import create_pool, database_ready
+from shared.health import HealthServer
+from shared.logging import get_logger
 from shared.tasks import Supervisor
+
+log = get_logger(__name__)
+
+
+@dataclass
+class Parts:
+    pool: asyncpg.Pool
+    cache: TokenCache
+    guard: RedisGuard
+    listener: TokenListener
+    checker: Checker
+    app: web.Application
+
+
+@contextlib.asynccontextmanager
+async def inference_auth_parts(settings: Settings) -> AsyncIterator[Parts]:
+    # min_size 0: a replica starts (and serves cached tokens) while PostgreSQL is away.
+    pool = await create_pool(
+        settings, min_size=0, application_name="wm-inference-auth", connect_timeout=2.0
+    )
+    guard = RedisGuard(
+        settings.REDIS_URL,
+        timeout=settings.INFERENCE_AUTH_REDIS_TIMEOUT,
+        negative_ttl=settings.INFERENCE_AUTH_NEGATIVE_TTL,
+    )
+    try:
+        cache = TokenCache(
+            stale_for=settings.INFERENCE_AUTH_STALE_FOR,
+            negative_ttl=settings.INFERENCE_AUTH_NEGATIVE_TTL,
+        )
+        checker = Checker(store=TokenStore(pool), cache=cache, guard=guard)
+        listener = TokenListener(settings, cache)
+        yield Parts(pool, cache, guard, listener, checker, create_app(checker))
+    finally:
+        await guard.close()
+        await pool.close()
 
 
 async def run(settings: Settings, workers: Supervisor) -> None:
-    """Serve health and metrics until cancelled."""
-    await serve_frame(settings, service="inference_auth")
+    """Serve the check on HTTP_PORT until cancelled."""
+    async with (
+        HealthServer.from_settings(settings) as health,
+        inference_auth_parts(settings) as parts,
+    ):
+        health.add_check("postgresql", database_ready(parts.pool))
+        health.add_check("token_listener", parts.listener.ready)
+        workers.spawn("token_listener", parts.listener.run)
+        workers.spawn("redis_probe", parts.guard.probe_loop)
+        runner = web.AppRunner(
+            parts.app, access_log=None, handle_signals=False, shutdown_timeout=5.0
+        )
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, "0.0.0.0", settings.HTTP_PORT, reuse_address=True).start()
+            gc.collect()
+            gc.freeze()
+            log.info("inference_auth_started", port=settings.HTTP_PORT, health_port=health.port)
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()

@@ -6,7 +6,10 @@ what happens: each run change as the watcher commits it (the same `NOTIFY runs` 
 apiserver's live stream serves), and a summary every 15 seconds. Along the way it reads a
 failed run's step log and retries it, and a tenant saves a data pipeline (its namespace and
 storage user provisioned on first use), has a hostile template refused, runs the pipeline and
-saves a second version. Ctrl-C stops everything. Logs: .run/demo/*.log.
+saves a second version. A model endpoint is registered through the token module, served by a
+stand-in model behind a real nginx configured as ingress-nginx renders `auth-url` (checked by
+inference_auth), and called with a valid, another deployment's and a revoked token.
+Ctrl-C stops everything. Logs: .run/demo/*.log.
 """
 
 from __future__ import annotations
@@ -323,6 +326,84 @@ async def pipelines_showcase() -> None:
         log(f"PUT /api/v1/data-pipelines/{pipeline} → {status}: versions {listed}")
 
 
+SERVING_DOMAIN = "models.demo.test"
+INFERENCE_AUTH_HEALTH = "http://127.0.0.1:8134/readyz"
+
+
+async def inference_showcase(url: str, processes: dict[str, subprocess.Popen[bytes]]) -> None:
+    """A model endpoint behind nginx and inference_auth: one deployment and its backend
+    registered through the token module (as serving will), then a valid, another
+    deployment's and a revoked token sent through nginx."""
+    import aiohttp
+
+    from shared.db.inference_tokens import TokenStore
+    from shared.db.pool import create_pool
+    from sim.ingress import ExternalAuth, Nginx, Site, free_port
+
+    async with aiohttp.ClientSession() as http:
+        for _ in range(300):
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(INFERENCE_AUTH_HEALTH) as answer:
+                    if answer.status == 200:
+                        break
+            await asyncio.sleep(0.2)
+        else:
+            log("inference_auth did not become ready: see .run/demo/inference_auth.log")
+            return
+    model_port = free_port()
+    processes["model"] = start(
+        "model",
+        [sys.executable, "-m", "sim.ingress", "model", "--port", str(model_port)],
+        dict(os.environ),
+    )
+    pool = await create_pool(url, min_size=1, max_size=2)
+    try:
+        store = TokenStore(pool)
+        fraud = {"tenant": "demo", "model": "fraud", "environment": "production"}
+        churn = {"tenant": "demo", "model": "churn", "environment": "production"}
+        hosts = []
+        for deployment in (fraud, churn):
+            registered = await store.register_deployment(**deployment, domain=SERVING_DOMAIN)
+            hosts.append(registered.host)
+        valid = await store.issue(actor="demo", **fraud)
+        wrong = await store.issue(actor="demo", **churn)
+        revoked = await store.issue(actor="demo", **fraud)
+        nginx = Nginx(
+            prefix=STATE / "nginx",
+            sites=[Site(host, f"127.0.0.1:{model_port}") for host in hosts],
+            auth=ExternalAuth(
+                servers=(f"127.0.0.1:{DEPLOYABLES['inference_auth'][0]}",),
+                response_headers=("X-Inference-Deployment",),
+            ),
+        )
+        async with nginx, aiohttp.ClientSession() as http:
+            log(
+                f"model endpoint {hosts[0]} (nginx {nginx.url}, auth_request → "
+                "inference_auth, as ingress-nginx renders auth-url; tokens from the token module)"
+            )
+
+            async def call(label: str, token: str) -> None:
+                for _ in range(50):  # the stand-in model may still be starting
+                    async with http.post(
+                        f"{nginx.url}/v1/models/fraud:predict",
+                        json={"instances": [[1.0, 2.0]]},
+                        headers={"Host": hosts[0], "Authorization": f"Bearer {token}"},
+                    ) as answer:
+                        if answer.status not in (502, 503, 504):
+                            break
+                    await asyncio.sleep(0.2)
+                log(f"POST {hosts[0]}/v1/models/fraud:predict with {label} → {answer.status}")
+
+            await call("a valid token", valid.token)
+            await call("demo/churn's token (another deployment)", wrong.token)
+            await call("a token, before revoking it", revoked.token)
+            await store.revoke(revoked.token_id, actor="demo")
+            await asyncio.sleep(1)  # revocation reaches every replica within a second
+            await call("the same token, revoked", revoked.token)
+    finally:
+        await pool.close()
+
+
 async def cluster_names(http: object) -> dict[str, str]:
     import aiohttp
 
@@ -418,6 +499,8 @@ async def main() -> None:
             env = {**base_env, "HEALTH_PORT": str(health_port)}
             if http_port:
                 env["HTTP_PORT"] = str(http_port)
+            if name == "inference_auth":
+                env["ML_SERVING_DOMAIN"] = SERVING_DOMAIN
             processes[name] = start(name, [python, "-m", name], env)
         log("started: 2 simulated clusters with Argo (host, with its data controller for")
         log("         tenants' pipelines, + cluster-1), the cluster registry,")
@@ -435,7 +518,11 @@ async def main() -> None:
         log("live run changes from GET /api/v1/workflows/stream (Ctrl-C to stop):")
         feed_task = asyncio.create_task(feed())
         showcase_task = asyncio.create_task(showcase())
-        showcases = [showcase_task, asyncio.create_task(pipelines_showcase())]
+        showcases = [
+            showcase_task,
+            asyncio.create_task(pipelines_showcase()),
+            asyncio.create_task(inference_showcase(url, processes)),
+        ]
         while True:
             await asyncio.sleep(1)
             for name, process in processes.items():

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Make sure PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) answer, starting or installing
-# them when they do not. Idempotent: does nothing when both already run.
+# them when they do not, and that the nginx and wrk binaries are installed (the inference_auth
+# tests, bench and demo start their own unprivileged nginx; the system nginx service is never
+# used). Idempotent: does nothing when everything is already there.
 set -euo pipefail
 
 pg_up() { pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; }
@@ -37,4 +39,19 @@ if ! redis_up; then
   for _ in $(seq 1 30); do redis_up && break; sleep 0.2; done
   redis_up || { echo "Redis did not start" >&2; exit 1; }
 fi
-echo "services: PostgreSQL and Redis are up" >&2
+if ! command -v nginx >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1; then
+  echo "installing nginx and wrk (Debian packages)" >&2
+  as_root apt-get update -qq
+  # policy-rc.d 101 keeps the package from starting the system nginx service: every test,
+  # bench and demo runs its own nginx with its own prefix on a free port.
+  policy=/usr/sbin/policy-rc.d
+  made_policy=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null
+    as_root chmod +x "$policy"
+    made_policy=1
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light wrk >/dev/null
+  if [ "$made_policy" = 1 ]; then as_root rm -f "$policy"; fi
+fi
+echo "services: PostgreSQL and Redis are up; nginx and wrk are installed" >&2

@@ -115,6 +115,12 @@ class Settings(BaseSettings):
     COMPILER_SERVICE_ACCOUNT: str = Field(default="workflow-manager-compiler", min_length=1)
     # The data controller's instance ID (the label value routing a workflow to it).
     ARGO_DATA_INSTANCE_ID: str = L.DATA_CONTROLLER_INSTANCE_ID
+    # inference_auth: how long tokens it verified keep answering from its cache once it can no
+    # longer hear changes (PostgreSQL away); how long an unknown lookup id is remembered (in
+    # process and in Redis); how long a Redis call may take before Redis counts as down.
+    INFERENCE_AUTH_STALE_FOR: Seconds = 300.0
+    INFERENCE_AUTH_NEGATIVE_TTL: Seconds = 30.0
+    INFERENCE_AUTH_REDIS_TIMEOUT: Seconds = 0.1
 
     @field_validator("LOG_LEVEL")
     @classmethod

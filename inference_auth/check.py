@@ -1,0 +1,160 @@
+"""The decision: may this request reach this deployment? (docs/inference-auth.md)
+
+Once a token is cached the decision costs a regular-expression match, one SHA-256, a
+constant-time comparison and a dictionary look-up: no I/O unless its deployment has a rate
+limit (one Redis round trip). The answers:
+
+- ``allowed`` (200): a valid token of the deployment the original host names;
+- ``unauthorized`` (401): no token, a malformed one, an unknown one, a wrong secret, a revoked
+  or expired one, or one that cannot be read now (PostgreSQL away and never seen: fail closed);
+- ``forbidden`` (403): a valid token of another deployment (or no original host at all);
+- ``rate_limited`` (429): a limit of the token or its deployment is exceeded this second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from inference_auth.cache import Entry, TokenCache
+from inference_auth.guard import RedisGuard
+from inference_auth.metrics import CACHE_LOOKUPS, NO_DEPLOYMENT
+from shared.db.inference_tokens import TokenRecord
+from shared.errors import WorkflowManagerError
+from shared.inference_tokens import bearer_token, hash_matches, normalise_host
+from shared.logging import get_logger
+
+log = get_logger(__name__)
+
+
+class Lookup(Protocol):
+    async def lookup(self, lookup_id: str) -> TokenRecord | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    status: int
+    outcome: str
+    deployment: str = NO_DEPLOYMENT
+
+
+UNAUTHORIZED: Final = Decision(401, "unauthorized")
+FORBIDDEN_NO_HOST: Final = Decision(403, "forbidden")
+
+_HIT = CACHE_LOOKUPS.labels(result="hit")
+_MISS = CACHE_LOOKUPS.labels(result="miss")
+_NEGATIVE = CACHE_LOOKUPS.labels(result="negative")
+_UNAVAILABLE = CACHE_LOOKUPS.labels(result="unavailable")
+
+
+class Checker:
+    def __init__(
+        self,
+        *,
+        store: Lookup,
+        cache: TokenCache,
+        guard: RedisGuard | None,
+        lookup_timeout: float = 2.0,
+    ) -> None:
+        self._store = store
+        self._lookup_timeout = lookup_timeout
+        self._cache = cache
+        self._guard = guard
+        self._inflight: dict[str, asyncio.Future[Entry | None]] = {}
+        self._decisions: dict[tuple[int, str], Decision] = {}
+        self._background: set[asyncio.Task[None]] = set()
+
+    def _decision(self, status: int, outcome: str, deployment: str) -> Decision:
+        key = (status, deployment)
+        decision = self._decisions.get(key)
+        if decision is None:
+            if len(self._decisions) > 10_000:
+                self._decisions.clear()
+            decision = self._decisions[key] = Decision(status, outcome, deployment)
+        return decision
+
+    async def check(self, authorization: str | None, host: str | None) -> Decision:
+        parsed = bearer_token(authorization)
+        if parsed is None:
+            return UNAUTHORIZED
+        lookup_id, secret = parsed
+        entry = self._cache.get(lookup_id, time.monotonic())
+        if entry is None:
+            entry = await self._read(lookup_id)
+            if entry is None:
+                return UNAUTHORIZED
+        else:
+            _HIT.inc()
+        if not hash_matches(lookup_id, secret, entry.secret_hash):
+            return UNAUTHORIZED
+        now = time.time()
+        if now >= entry.not_after:
+            return UNAUTHORIZED
+        if host != entry.host and normalise_host(host) != entry.host:
+            if host is None:
+                return FORBIDDEN_NO_HOST
+            return self._decision(403, "forbidden", entry.deployment)
+        if (
+            (entry.rate_limit is not None or entry.token_rate_limit is not None)
+            and self._guard is not None
+            and await self._guard.limited(
+                lookup_id=lookup_id,
+                token_limit=entry.token_rate_limit,
+                deployment_id=entry.deployment_id,
+                deployment_limit=entry.rate_limit,
+                window=int(now),
+            )
+        ):
+            return self._decision(429, "rate_limited", entry.deployment)
+        return self._decision(200, "allowed", entry.deployment)
+
+    async def _read(self, lookup_id: str) -> Entry | None:
+        """The token's entry from PostgreSQL, one read per lookup id at a time; None when it
+        is unknown (remembered) or cannot be read (fail closed)."""
+        pending = self._inflight.get(lookup_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        if self._cache.known_unknown(lookup_id, time.monotonic()):
+            _NEGATIVE.inc()
+            return None
+        future: asyncio.Future[Entry | None] = asyncio.get_running_loop().create_future()
+        self._inflight[lookup_id] = future
+        try:
+            entry = await self._fetch(lookup_id)
+        except BaseException as exc:
+            future.set_result(None)
+            if not isinstance(exc, Exception):
+                raise
+            log.warning("token_lookup_failed", error=type(exc).__name__)
+            entry = None
+        else:
+            future.set_result(entry)
+        finally:
+            del self._inflight[lookup_id]
+        return entry
+
+    async def _fetch(self, lookup_id: str) -> Entry | None:
+        if self._guard is not None and await self._guard.known_unknown(lookup_id):
+            _NEGATIVE.inc()
+            self._cache.remember_unknown(lookup_id, time.monotonic())
+            return None
+        generation = self._cache.generation
+        try:
+            async with asyncio.timeout(self._lookup_timeout):
+                record = await self._store.lookup(lookup_id)
+        except (WorkflowManagerError, TimeoutError):
+            _UNAVAILABLE.inc()
+            return None
+        _MISS.inc()
+        if record is None:
+            self._cache.remember_unknown(lookup_id, time.monotonic())
+            if self._guard is not None:
+                task = asyncio.create_task(self._guard.remember_unknown(lookup_id))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+            return None
+        entry = Entry.of(record)
+        self._cache.put(lookup_id, entry, generation=generation)
+        return entry

@@ -1,0 +1,356 @@
+"""A real nginx in front of model backends, configured as ingress-nginx renders `auth-url`.
+
+Dev and test only (tests, bench and demo). `render_config` is pure: it writes the directives
+ingress-nginx's template (`rootfs/etc/nginx/template/nginx.tmpl`, the `$externalAuth` part,
+and `buildAuthLocation` / `buildAuthResponseHeaders` in its template.go) renders for an
+Ingress with `nginx.ingress.kubernetes.io/auth-url` (+ `auth-response-headers`,
+`auth-keepalive`), minus its Lua balancer: an internal `location = /_external-auth-<path>-<type>`
+that proxies a bodiless copy of the request to the auth URL with `X-Original-URL`,
+`X-Original-Method`, the auth service's own `Host` and every client header (so
+`Authorization` arrives), and `auth_request` in the protected location, which passes 401 and
+403 to the client. `Nginx` runs the Debian package's binary unprivileged with a prefix of its
+own (`-p`), in the foreground, on 127.0.0.1; the system nginx service is never used.
+`model_backend` is a stand-in model server (KServe's v1 protocol: `POST /v1/models/<m>:predict`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+AUTH_PATH = "/internal/v1/inference-auth"
+# The Service name the chart gives the deployable; nginx sends it as the auth request's `Host`
+# (ingress-nginx sets `Host` to the auth URL's host, never the client's).
+AUTH_SERVICE_HOST = "workflow-manager-inference-auth.workflow-manager.svc"
+
+
+@dataclass(frozen=True)
+class Site:
+    """One Ingress rule: a deployment's endpoint host and the model server behind it."""
+
+    host: str
+    backend: str  # "127.0.0.1:<port>"
+
+
+@dataclass(frozen=True)
+class ExternalAuth:
+    """The Ingress's auth annotations. `servers` are the inference_auth replicas behind the
+    auth Service (nginx balances over them round-robin, as kube-proxy would)."""
+
+    servers: tuple[str, ...]
+    path: str = AUTH_PATH
+    response_headers: tuple[str, ...] = ()
+    # `auth-keepalive`: idle connections kept to the auth service (ingress-nginx renders an
+    # upstream block for it; without, every auth subrequest opens a connection).
+    keepalive: int = 64
+
+
+def auth_location(location_path: str = "/", path_type: str = "Prefix") -> str:
+    """ingress-nginx's `buildAuthLocation`: the internal location's name for one Ingress path."""
+    encoded = base64.urlsafe_b64encode(location_path.encode()).decode().replace("=", "")
+    return f"/_external-auth-{encoded}-{path_type}"
+
+
+def _header_variable(header: str) -> str:
+    return header.lower().replace("-", "_")
+
+
+def render_config(
+    *,
+    prefix: Path,
+    port: int,
+    sites: Sequence[Site],
+    auth: ExternalAuth | None,
+    plain_port: int | None = None,
+    workers: int = 1,
+) -> str:
+    """The whole nginx.conf. `plain_port`, when given, serves the same sites without the auth
+    check on a second listener (the benchmark's baseline in the same nginx)."""
+    run_as = ""
+    if os.geteuid() == 0:
+        # Workers of a root master switch to `nobody`, who cannot write into a test's prefix.
+        run_as = f"user {pwd.getpwuid(0).pw_name};\n"
+    lines = [
+        f"{run_as}daemon off;",
+        f"worker_processes {workers};",
+        f"pid {prefix}/nginx.pid;",
+        f"error_log {prefix}/error.log warn;",
+        "events { worker_connections 4096; }",
+        "http {",
+        f"    client_body_temp_path {prefix}/client-body;",
+        f"    proxy_temp_path {prefix}/proxy-temp;",
+        f"    fastcgi_temp_path {prefix}/fastcgi-temp;",
+        f"    uwsgi_temp_path {prefix}/uwsgi-temp;",
+        f"    scgi_temp_path {prefix}/scgi-temp;",
+        "    server_tokens off;",
+        "    uninitialized_variable_warn off;",
+        "    keepalive_requests 10000;",
+        # Tokens never reach the log: the request line and the deployment the check named.
+        "    log_format upstreaminfo '$remote_addr [$time_local] \"$request_method $host$uri\" '",
+        "        '$status $request_time $upstream_status deployment=$auth_deployment';",
+        f"    access_log {prefix}/access.log upstreaminfo buffer=64k flush=1s;",
+        "    map $http_upgrade $connection_upgrade { default upgrade; '' ''; }",
+        "    map $http_x_request_id $req_id { default $http_x_request_id; '' $request_id; }",
+    ]
+    if auth is not None:
+        lines.append("    upstream inference_auth {")
+        lines += [f"        server {server};" for server in auth.servers]
+        lines += [f"        keepalive {auth.keepalive};", "    }"]
+    for index, site in enumerate(sites):
+        lines += [f"    upstream model_{index} {{", f"        server {site.backend};"]
+        lines += ["        keepalive 64;", "    }"]
+    for index, site in enumerate(sites):
+        lines += _server(port=port, site=site, upstream=f"model_{index}", auth=auth)
+        if plain_port is not None:
+            lines += _server(port=plain_port, site=site, upstream=f"model_{index}", auth=None)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _server(*, port: int, site: Site, upstream: str, auth: ExternalAuth | None) -> list[str]:
+    lines = [
+        "    server {",
+        f"        listen 127.0.0.1:{port};",
+        f"        server_name {site.host};",
+        '        set $auth_deployment "-";',
+    ]
+    protect: list[str] = []
+    if auth is not None:
+        internal = auth_location()
+        lines += [
+            f"        location = {internal} {{",
+            "            internal;",
+            "            proxy_pass_request_body off;",
+            '            proxy_set_header Content-Length "";',
+            '            proxy_set_header X-Forwarded-Proto "";',
+            "            proxy_set_header X-Request-ID $req_id;",
+            f"            proxy_set_header Host {AUTH_SERVICE_HOST};",
+            "            proxy_set_header X-Original-URL $scheme://$http_host$request_uri;",
+            "            proxy_set_header X-Original-Method $request_method;",
+            '            proxy_set_header X-Sent-From "nginx-ingress-controller";',
+            "            proxy_set_header X-Real-IP $remote_addr;",
+            "            proxy_set_header X-Forwarded-For $remote_addr;",
+            "            proxy_set_header X-Auth-Request-Redirect $request_uri;",
+            "            proxy_buffering off;",
+            "            proxy_buffer_size 4k;",
+            "            proxy_buffers 4 4k;",
+            "            proxy_request_buffering on;",
+            "            proxy_http_version 1.1;",
+            # auth-keepalive: an empty Connection header keeps the upstream connection open.
+            '            proxy_set_header Connection "";',
+            "            proxy_ssl_server_name on;",
+            "            proxy_pass_request_headers on;",
+            f"            set $target http://inference_auth{auth.path};",
+            "            proxy_pass $target;",
+            "        }",
+        ]
+        protect = [
+            "            # this location requires authentication",
+            f"            auth_request {internal};",
+            "            auth_request_set $auth_cookie $upstream_http_set_cookie;",
+            "            add_header Set-Cookie $auth_cookie;",
+        ]
+        for number, header in enumerate(auth.response_headers):
+            variable = _header_variable(header)
+            protect += [
+                f"            auth_request_set $authHeader{number} $upstream_http_{variable};",
+                f"            proxy_set_header '{header}' $authHeader{number};",
+            ]
+        if auth.response_headers:
+            # For the access log: the first response header names the deployment.
+            variable = _header_variable(auth.response_headers[0])
+            protect.append(
+                f"            auth_request_set $auth_deployment $upstream_http_{variable};"
+            )
+    lines += [
+        "        location / {",
+        *protect,
+        "            proxy_set_header Host $http_host;",
+        "            proxy_set_header Upgrade $http_upgrade;",
+        "            proxy_set_header Connection $connection_upgrade;",
+        "            proxy_set_header X-Request-ID $req_id;",
+        "            proxy_set_header X-Real-IP $remote_addr;",
+        "            proxy_set_header X-Forwarded-For $remote_addr;",
+        "            proxy_set_header X-Forwarded-Host $http_host;",
+        "            proxy_set_header X-Forwarded-Proto $scheme;",
+        '            proxy_set_header Proxy "";',
+        "            proxy_http_version 1.1;",
+        "            proxy_buffering off;",
+        f"            proxy_pass http://{upstream};",
+        "        }",
+        "    }",
+    ]
+    return lines
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass
+class Nginx:
+    """One nginx process with its own prefix directory, started and stopped by its owner."""
+
+    prefix: Path
+    sites: Sequence[Site]
+    auth: ExternalAuth | None
+    port: int = field(default_factory=free_port)
+    plain_port: int | None = None
+    workers: int = 1
+    _process: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def access_log(self) -> Path:
+        return self.prefix / "access.log"
+
+    def _prepare(self) -> list[str]:
+        """Write the configuration into the prefix; the command line that runs it."""
+        binary = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not Path(binary).exists():
+            raise RuntimeError("nginx is not installed: run scripts/ensure-services.sh")
+        self.prefix.mkdir(parents=True, exist_ok=True)
+        conf = self.prefix / "nginx.conf"
+        conf.write_text(
+            render_config(
+                prefix=self.prefix,
+                port=self.port,
+                sites=self.sites,
+                auth=self.auth,
+                plain_port=self.plain_port,
+                workers=self.workers,
+            )
+        )
+        error_log = self.prefix / "error.log"
+        return [binary, "-p", f"{self.prefix}/", "-c", str(conf), "-e", str(error_log)]
+
+    async def start(self) -> None:
+        self._process = await asyncio.create_subprocess_exec(
+            *self._prepare(),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await _accepts(self.port):
+            if self._process.returncode is not None:
+                raise RuntimeError(f"nginx exited: {self._error_tail()}")
+            if asyncio.get_running_loop().time() > deadline:
+                await self.stop()
+                raise RuntimeError(f"nginx did not listen: {self._error_tail()}")
+            await asyncio.sleep(0.05)
+
+    async def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.returncode is not None:
+            return
+        # SIGTERM: nginx's fast shutdown; the master waits for its workers before exiting.
+        process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+    def _error_tail(self) -> str:
+        log = self.prefix / "error.log"
+        return log.read_text()[-2000:] if log.exists() else "(no error log)"
+
+    async def __aenter__(self) -> Nginx:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+async def _accepts(port: int) -> bool:
+    with contextlib.suppress(OSError):
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
+    return False
+
+
+@dataclass
+class BackendCalls:
+    """What the stand-in model server saw: how many predictions, and the headers of the last."""
+
+    count: int = 0
+    last_headers: dict[str, str] = field(default_factory=dict)
+
+
+CALLS = web.AppKey("calls", BackendCalls)
+
+
+def model_backend() -> web.Application:
+    """A model server answering `POST /v1/models/<model>:predict` with JSON."""
+
+    async def predict(request: web.Request) -> web.Response:
+        calls = request.app[CALLS]
+        calls.count += 1
+        calls.last_headers = dict(request.headers)
+        await request.read()
+        return web.json_response(
+            {"model_name": request.match_info["model"], "predictions": [[0.25, 0.75]]}
+        )
+
+    app = web.Application()
+    app[CALLS] = BackendCalls()
+    app.router.add_post("/v1/models/{model}:predict", predict)
+    return app
+
+
+async def start_app(app: web.Application, *, port: int = 0) -> tuple[web.AppRunner, int]:
+    """Serve an aiohttp app on 127.0.0.1 (a free port unless given); returns its runner and port."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = port or free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, port
+
+
+def empty_handler() -> web.Application:
+    """The least an aiohttp handler can do: the benchmark's yardstick for inference_auth."""
+
+    async def empty(request: web.Request) -> web.Response:
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_get(AUTH_PATH, empty)
+    return app
+
+
+def main() -> None:
+    """`python -m sim.ingress {model,empty} --port P`: one server in a process of its own, so a
+    benchmark measures it without sharing the measuring process's event loop."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("app", choices=["model", "empty"])
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    app = model_backend() if args.app == "model" else empty_handler()
+    web.run_app(app, host="127.0.0.1", port=args.port, access_log=None, print=None)
+
+
+if __name__ == "__main__":
+    main()
