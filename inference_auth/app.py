@@ -10,20 +10,21 @@ Two forms of the same check:
   path>`` with the original request's headers, so the original host is ``Host``
   (``:authority``). Any method: Envoy checks with the original one.
 
-The application has no middleware and no access log, and never answers 5xx: anything
-unexpected is a 401 (nginx would turn a 5xx into a 500 for the client). Bodies are empty, so
-nothing tells which part of a request was wrong; no token is ever logged.
+It is served by aiohttp's low-level server (no router, middleware or access log) and never
+answers 5xx: anything unexpected is a 401 (nginx would turn a 5xx into a 500 for the client).
+Bodies are empty, so nothing tells which part of a request was wrong; no token is ever logged.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Final
+from collections.abc import Awaitable, Callable
+from typing import Final
 
 from aiohttp import hdrs, web
 
 from inference_auth.check import UNAUTHORIZED, Checker, Decision
-from inference_auth.metrics import CHECK_SECONDS, DECISIONS
+from inference_auth.metrics import STATS
 from shared.logging import get_logger
 
 log = get_logger(__name__)
@@ -31,7 +32,6 @@ log = get_logger(__name__)
 AUTH_PATH: Final = "/internal/v1/inference-auth"
 DEPLOYMENT_HEADER: Final = "X-Inference-Deployment"
 ORIGINAL_URL: Final = "X-Original-URL"
-CHECKER = web.AppKey("checker", Checker)
 
 
 def url_host(url: str | None) -> str | None:
@@ -53,21 +53,7 @@ def url_host(url: str | None) -> str | None:
     return authority
 
 
-_COUNTERS: dict[tuple[str, str], Any] = {}
-
-
-def _count(decision: Decision) -> None:
-    key = (decision.outcome, decision.deployment)
-    counter = _COUNTERS.get(key)
-    if counter is None:
-        if len(_COUNTERS) > 10_000:
-            _COUNTERS.clear()
-        counter = _COUNTERS[key] = DECISIONS.labels(*key)
-    counter.inc()
-
-
 def _answer(decision: Decision, started: float) -> web.Response:
-    _count(decision)
     status = decision.status
     if status == 200:
         response = web.Response(headers={DEPLOYMENT_HEADER: decision.deployment})
@@ -77,7 +63,7 @@ def _answer(decision: Decision, started: float) -> web.Response:
         response = web.Response(status=429, headers={hdrs.RETRY_AFTER: "1"})
     else:
         response = web.Response(status=status)
-    CHECK_SECONDS.observe(time.perf_counter() - started)
+    STATS.record(decision.outcome, decision.deployment, time.perf_counter() - started)
     return response
 
 
@@ -89,23 +75,27 @@ async def _decide(checker: Checker, authorization: str | None, host: str | None)
         return UNAUTHORIZED
 
 
-def create_app(checker: Checker) -> web.Application:
-    async def ingress_check(request: web.Request) -> web.Response:
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
+
+def create_handler(checker: Checker) -> Handler:
+    """The check as a handler for aiohttp's low-level server (``web.Server``): this hot path
+    takes no router, application or middleware step, only the path comparison below."""
+    envoy_prefix = AUTH_PATH + "/"
+
+    async def check(request: web.BaseRequest) -> web.StreamResponse:
         started = time.perf_counter()
         headers = request.headers
-        decision = await _decide(
-            checker, headers.get(hdrs.AUTHORIZATION), url_host(headers.get(ORIGINAL_URL))
-        )
+        # The raw target, not request.path (which builds and decodes a URL object per request):
+        # the exact form of our own route, or our prefix (Envoy appends the original path).
+        path = request.raw_path
+        if path == AUTH_PATH:
+            host = url_host(headers.get(ORIGINAL_URL))
+        elif path.startswith(envoy_prefix):
+            host = headers.get(hdrs.HOST)
+        else:
+            return web.Response(status=404)
+        decision = await _decide(checker, headers.get(hdrs.AUTHORIZATION), host)
         return _answer(decision, started)
 
-    async def envoy_check(request: web.Request) -> web.Response:
-        started = time.perf_counter()
-        headers = request.headers
-        decision = await _decide(checker, headers.get(hdrs.AUTHORIZATION), headers.get(hdrs.HOST))
-        return _answer(decision, started)
-
-    app = web.Application()
-    app[CHECKER] = checker
-    app.router.add_route("*", AUTH_PATH, ingress_check)
-    app.router.add_route("*", AUTH_PATH + "/{original_path:.*}", envoy_check)
-    return app
+    return check

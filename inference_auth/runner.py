@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import asyncpg
 from aiohttp import web
 
-from inference_auth.app import create_app
+from inference_auth.app import Handler, create_handler
 from inference_auth.cache import TokenCache
 from inference_auth.check import Checker
 from inference_auth.guard import RedisGuard
@@ -40,7 +40,7 @@ class Parts:
     guard: RedisGuard
     listener: TokenListener
     checker: Checker
-    app: web.Application
+    handler: Handler
 
 
 @contextlib.asynccontextmanager
@@ -61,7 +61,7 @@ async def inference_auth_parts(settings: Settings) -> AsyncIterator[Parts]:
         )
         checker = Checker(store=TokenStore(pool), cache=cache, guard=guard)
         listener = TokenListener(settings, cache)
-        yield Parts(pool, cache, guard, listener, checker, create_app(checker))
+        yield Parts(pool, cache, guard, listener, checker, create_handler(checker))
     finally:
         await guard.close()
         await pool.close()
@@ -77,8 +77,8 @@ async def run(settings: Settings, workers: Supervisor) -> None:
         health.add_check("token_listener", parts.listener.ready)
         workers.spawn("token_listener", parts.listener.run)
         workers.spawn("redis_probe", parts.guard.probe_loop)
-        runner = web.AppRunner(
-            parts.app, access_log=None, handle_signals=False, shutdown_timeout=5.0
+        runner = web.ServerRunner(
+            web.Server(parts.handler, access_log=None), handle_signals=False, shutdown_timeout=5.0
         )
         await runner.setup()
         try:

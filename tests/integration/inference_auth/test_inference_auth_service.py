@@ -314,3 +314,24 @@ async def test_any_method_is_checked(db: asyncpg.Pool, start_instance: Start, me
         headers={"Authorization": f"Bearer {issued.token}", "X-Original-URL": f"http://{HOST}/"},
     ) as response:
         assert response.status == 200
+
+
+async def test_a_token_checked_before_is_answered_alike_by_the_shortcut(
+    db: asyncpg.Pool, start_instance: Start
+) -> None:
+    """Once a token matched, the same token again takes a shortcut (no regex, no SHA-256):
+    every answer stays the full path's. Same lookup id with another secret, a changed
+    character, the wrong deployment, a non-ASCII character: all refused as before."""
+    store = TokenStore(db)
+    await _deployments(store)
+    issued = await store.issue(tenant="acme", model="churn", environment="production", actor="t")
+    service = await start_instance()
+    assert [await service.status(issued.token, HOST) for _ in range(3)] == [200, 200, 200]
+    lookup_prefix = issued.token[: len("wmi_") + 16 + 1]
+    other_secret = lookup_prefix + new_token()[0][-43:]
+    for token in (other_secret, issued.token[:-1] + "é", issued.token.upper()):
+        assert await service.status(token, HOST) == 401, token
+    assert await service.status(issued.token, OTHER_HOST) == 403
+    assert await service.status(issued.token, HOST) == 200
+    await store.revoke(issued.token_id, actor="t")
+    await _until(lambda: service.status(issued.token, HOST), 401, within=1.0)
