@@ -301,9 +301,15 @@ async def run_service(
     return result
 
 
-def serve(main: ServiceMain, *, grace: float) -> NoReturn:
-    """For ``__main__``: run the service on a fresh loop and exit with its status."""
-    runner = asyncio.Runner()
+def serve(
+    main: ServiceMain,
+    *,
+    grace: float,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> NoReturn:
+    """For ``__main__``: run the service on a fresh loop (``loop_factory``'s, e.g. uvloop's)
+    and exit with its status."""
+    runner = asyncio.Runner(loop_factory=loop_factory)
     result = runner.run(run_service(main, grace=grace))
     if result.overran:
         # A task ignored cancellation; closing the loop would wait for it forever.
