@@ -91,11 +91,43 @@ class Checker:
         return decision
 
     async def check(self, authorization: str | None, host: str | None) -> Decision:
-        verified = self._verified_before(authorization) or await self._verify(authorization)
-        if verified is None:
-            return UNAUTHORIZED
+        verified = self._verified_before(authorization)
+        if verified is not None:
+            _LOOKUPS["hit"] += 1
+        else:
+            verified = await self._verify(authorization)
+            if verified is None:
+                return UNAUTHORIZED
         lookup_id, entry = verified
         now = time.time()
+        decision = self._settled(entry, host, now)
+        if decision is not None:
+            return decision
+        assert self._guard is not None  # _settled leaves only a limit to ask Redis about
+        if await self._guard.limited(
+            lookup_id=lookup_id,
+            token_limit=entry.token_rate_limit,
+            deployment_id=entry.deployment_id,
+            deployment_limit=entry.rate_limit,
+            window=int(now),
+        ):
+            return self._decision(429, "rate_limited", entry.deployment)
+        return self._decision(200, "allowed", entry.deployment)
+
+    def check_now(self, authorization: str | None, host: str | None) -> Decision | None:
+        """``check`` without waiting, when it needs nothing but memory: a token seen before
+        (``_verified_before``) whose deployment and token have no rate limit. None when the
+        rest would wait (PostgreSQL, a SHA-256 first sight, Redis): call ``check`` then."""
+        verified = self._verified_before(authorization)
+        if verified is None:
+            return None
+        decision = self._settled(verified[1], host, time.time())
+        if decision is not None:
+            _LOOKUPS["hit"] += 1  # else counted by the check that follows
+        return decision
+
+    def _settled(self, entry: Entry, host: str | None, now: float) -> Decision | None:
+        """The decision for a verified token when no rate limit is to be asked; else None."""
         if now >= entry.not_after:
             return UNAUTHORIZED
         if host != entry.host and normalise_host(host) != entry.host:
@@ -103,17 +135,9 @@ class Checker:
                 return FORBIDDEN_NO_HOST
             return self._decision(403, "forbidden", entry.deployment)
         if (
-            (entry.rate_limit is not None or entry.token_rate_limit is not None)
-            and self._guard is not None
-            and await self._guard.limited(
-                lookup_id=lookup_id,
-                token_limit=entry.token_rate_limit,
-                deployment_id=entry.deployment_id,
-                deployment_limit=entry.rate_limit,
-                window=int(now),
-            )
-        ):
-            return self._decision(429, "rate_limited", entry.deployment)
+            entry.rate_limit is not None or entry.token_rate_limit is not None
+        ) and self._guard is not None:
+            return None
         return self._decision(200, "allowed", entry.deployment)
 
     async def _verify(self, authorization: str | None) -> tuple[str, Entry] | None:
@@ -161,7 +185,6 @@ class Checker:
             return None
         if self._cache.get(lookup_id, time.monotonic()) is not entry:
             return None
-        _LOOKUPS["hit"] += 1
         return lookup_id, entry
 
     async def _read(self, lookup_id: str) -> Entry | None:

@@ -16,13 +16,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import asyncpg
-from aiohttp import web
 
-from inference_auth.app import Handler, create_handler
 from inference_auth.cache import TokenCache
 from inference_auth.check import Checker
 from inference_auth.guard import RedisGuard
 from inference_auth.listener import TokenListener
+from inference_auth.protocol import CheckServer
 from shared.config import Settings
 from shared.db.inference_tokens import TokenStore
 from shared.db.pool import create_pool, database_ready
@@ -40,7 +39,6 @@ class Parts:
     guard: RedisGuard
     listener: TokenListener
     checker: Checker
-    handler: Handler
 
 
 @contextlib.asynccontextmanager
@@ -61,7 +59,7 @@ async def inference_auth_parts(settings: Settings) -> AsyncIterator[Parts]:
         )
         checker = Checker(store=TokenStore(pool), cache=cache, guard=guard)
         listener = TokenListener(settings, cache)
-        yield Parts(pool, cache, guard, listener, checker, create_handler(checker))
+        yield Parts(pool, cache, guard, listener, checker)
     finally:
         await guard.close()
         await pool.close()
@@ -77,15 +75,13 @@ async def run(settings: Settings, workers: Supervisor) -> None:
         health.add_check("token_listener", parts.listener.ready)
         workers.spawn("token_listener", parts.listener.run)
         workers.spawn("redis_probe", parts.guard.probe_loop)
-        runner = web.ServerRunner(
-            web.Server(parts.handler, access_log=None), handle_signals=False, shutdown_timeout=5.0
-        )
-        await runner.setup()
+        server = CheckServer(parts.checker, asyncio.get_running_loop())
         try:
-            await web.TCPSite(runner, "0.0.0.0", settings.HTTP_PORT, reuse_address=True).start()
+            await server.start("0.0.0.0", settings.HTTP_PORT)
             gc.collect()
             gc.freeze()
             log.info("inference_auth_started", port=settings.HTTP_PORT, health_port=health.port)
             await asyncio.Event().wait()
         finally:
-            await runner.cleanup()
+            # Pending answers get what is left of the grace once the workers are cancelled.
+            await server.stop(max(1.0, settings.SHUTDOWN_GRACE - 5.0))
