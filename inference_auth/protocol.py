@@ -406,6 +406,13 @@ class CheckServer:
             lambda: CheckProtocol(self), host, port, reuse_address=True, backlog=1024
         )
 
+    @property
+    def port(self) -> int:
+        """The bound port (``start`` with port 0 picks a free one)."""
+        assert self._server is not None, "not started"
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
     async def stop(self, grace: float) -> None:
         """Stop accepting, close idle connections, give pending answers ``grace`` seconds,
         then drop what is left."""
