@@ -25,7 +25,6 @@ import logging
 import multiprocessing
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -46,6 +45,7 @@ sys.path.insert(0, ROOT)
 from bench._common import scratch_database  # noqa: E402
 from shared.db.pool import create_pool  # noqa: E402
 from shared.runs import RunPhase, RunRecord, RunSource  # noqa: E402
+from sim.ports import free_port  # noqa: E402
 from watcher.pg_store import RunStore  # noqa: E402
 
 KEY = "bench-key"
@@ -64,12 +64,6 @@ def percentile(values: list[float], q: float) -> float:
     low = int(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def record(i: int, tenant: str) -> RunRecord:

@@ -22,12 +22,13 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
+
+from sim.ports import free_port
 
 AUTH_PATH = "/internal/v1/inference-auth"
 # The Service name the chart gives the deployable; nginx sends it as the auth request's `Host`
@@ -192,13 +193,6 @@ def _server(*, port: int, site: Site, upstream: str, auth: ExternalAuth | None) 
         "    }",
     ]
     return lines
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass

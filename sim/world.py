@@ -192,17 +192,7 @@ async def start_cluster_with_argo(
     """One emulated cluster with an `argo` namespace, the Argo server proxy and controller."""
     running = await start_cluster(name, host=bind)
     store = running.store
-    _ensure(store, "", "namespaces", None, {"metadata": {"name": ARGO_NAMESPACE}})
-    _ensure(
-        store,
-        "",
-        "services",
-        ARGO_NAMESPACE,
-        {
-            "metadata": {"name": ARGO_SERVICE, "labels": {"app": "argo-server"}},
-            "spec": {"ports": [{"name": "web", "port": int(ARGO_PORT)}]},
-        },
-    )
+    _ensure_argo_service(store, ARGO_NAMESPACE, ARGO_SERVICE)
     if host:
         # Where workflow-manager's own Leases live (its release namespace in production).
         _ensure(store, "", "namespaces", None, {"metadata": {"name": "workflow-manager"}})
@@ -219,23 +209,28 @@ async def start_cluster_with_argo(
     return cluster
 
 
+def _ensure_argo_service(store: ClusterStore, namespace: str, service: str) -> None:
+    """An Argo server's namespace and Service, which the service proxy routes to."""
+    _ensure(store, "", "namespaces", None, {"metadata": {"name": namespace}})
+    _ensure(
+        store,
+        "",
+        "services",
+        namespace,
+        {
+            "metadata": {"name": service, "labels": {"app": "argo-server"}},
+            "spec": {"ports": [{"name": "web", "port": int(ARGO_PORT)}]},
+        },
+    )
+
+
 def _start_data_argo(
     cluster: SimCluster, *, tick: float, archive: S3Archive | None, pod_gc_delay: float
 ) -> None:
     """The host's controller for tenants' pipelines and its Argo server (ARGO_DATA_SERVER_URL's
     default location; the instance ID is ARGO_DATA_INSTANCE_ID's default)."""
     store = cluster.store
-    _ensure(store, "", "namespaces", None, {"metadata": {"name": DATA_ARGO_NAMESPACE}})
-    _ensure(
-        store,
-        "",
-        "services",
-        DATA_ARGO_NAMESPACE,
-        {
-            "metadata": {"name": DATA_ARGO_SERVICE, "labels": {"app": "argo-server"}},
-            "spec": {"ports": [{"name": "web", "port": int(ARGO_PORT)}]},
-        },
-    )
+    _ensure_argo_service(store, DATA_ARGO_NAMESPACE, DATA_ARGO_SERVICE)
     cluster.data_server = ArgoServer(store, instance_id=DATA_INSTANCE_ID)
     cluster.data_server.register(namespace=DATA_ARGO_NAMESPACE, service=DATA_ARGO_SERVICE)
     cluster.data_argo = ArgoSimulator(

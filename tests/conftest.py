@@ -9,7 +9,6 @@ when they are not running.
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -114,9 +113,9 @@ def moto_endpoint() -> Iterator[str]:
     authentication (tests/integration/compiler/test_storage_users.py runs its own with it)."""
     from moto.server import ThreadedMotoServer
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    from sim.ports import free_port
+
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:

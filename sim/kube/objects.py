@@ -91,3 +91,14 @@ class Stored:
     def copy(self) -> JsonObject:
         result: JsonObject = json.loads(self.data)
         return result
+
+
+def with_status_of(current: JsonObject, changed: JsonObject) -> JsonObject:
+    """``current`` with the status of ``changed`` (a write to the status subresource changes
+    nothing else)."""
+    obj = dict(current)
+    if "status" in changed:
+        obj["status"] = changed["status"]
+    else:
+        obj.pop("status", None)
+    return obj

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sim.kube.types import ApiError
+from sim.kube.types import ApiError, ResourceType
 
 LabelOp = Literal["=", "!=", "in", "notin", "exists", "!exists"]
 
@@ -158,3 +158,15 @@ def parse_field_selector(text: str) -> FieldSelector:
             raise _bad("field selector", term, "invalid field name")
         requirements.append(FieldRequirement(tuple(key.split(".")), value.strip(), op == "!="))
     return FieldSelector(tuple(requirements))
+
+
+def field_selector_for(rtype: ResourceType, text: str | None) -> FieldSelector | None:
+    """The parsed selector for a list or watch of ``rtype``; a custom resource's may only name
+    what apiextensions-apiserver selects on (built-in types accept any field here: see
+    docs/simulator.md)."""
+    if not text:
+        return None
+    selector = parse_field_selector(text)
+    if rtype.custom:
+        check_custom_resource_fields(selector, namespaced=rtype.namespaced)
+    return selector

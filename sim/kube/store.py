@@ -26,15 +26,14 @@ from typing import Any
 
 from sim.kube.changes import ChangeLog, Subscriber
 from sim.kube.logs import ContainerLog, PodLogs
-from sim.kube.objects import ParsedPool, Stored, owned
+from sim.kube.objects import ParsedPool, Stored, owned, with_status_of
 from sim.kube.ownership import Key, OwnerIndex
 from sim.kube.patching import apply_patch, patch_media
 from sim.kube.proxying import ProxyHandler, ProxyRegistry
 from sim.kube.selectors import (
     FieldSelector,
     LabelSelector,
-    check_custom_resource_fields,
-    parse_field_selector,
+    field_selector_for,
     parse_label_selector,
 )
 from sim.kube.types import (
@@ -255,7 +254,7 @@ class ClusterStore:
     ) -> builtins.list[Stored]:
         """Matching objects sorted by namespace and name."""
         labels = parse_label_selector(label_selector) if label_selector else None
-        return self._select(rtype, namespace, labels, _field_selector(rtype, field_selector))
+        return self._select(rtype, namespace, labels, field_selector_for(rtype, field_selector))
 
     def replace_raw(
         self,
@@ -278,7 +277,7 @@ class ClusterStore:
             )
         check_resource_version(rtype, current, obj["metadata"].get("resourceVersion"))
         if status_only:
-            obj = self._with_status_of(current.obj, obj)
+            obj = with_status_of(current.obj, obj)
         return self._update(rtype, current, obj)
 
     def patch_raw(
@@ -299,7 +298,7 @@ class ClusterStore:
             raise ApiError(422, "Invalid", "metadata.name: Invalid value: field is immutable")
         check_resource_version(rtype, current, result["metadata"].get("resourceVersion"))
         if status_only:
-            result = self._with_status_of(current.obj, result)
+            result = with_status_of(current.obj, result)
         return self._update(rtype, current, result)
 
     def delete_raw(
@@ -368,7 +367,7 @@ class ClusterStore:
     ) -> WatchStream:
         """Start a watch: queued replay (or synthetic ADDED events), then live events."""
         labels = parse_label_selector(label_selector) if label_selector else None
-        fields = _field_selector(rtype, field_selector)
+        fields = field_selector_for(rtype, field_selector)
         return self._changes.open_watch(
             rtype,
             namespace,
@@ -475,15 +474,6 @@ class ClusterStore:
     def _ns_of(stored: Stored) -> str:
         namespace: str = stored.meta.get("namespace", "")
         return namespace
-
-    @staticmethod
-    def _with_status_of(current: JsonObject, changed: JsonObject) -> JsonObject:
-        obj = dict(current)
-        if "status" in changed:
-            obj["status"] = changed["status"]
-        else:
-            obj.pop("status", None)
-        return obj
 
     def _update(self, rtype: ResourceType, current: Stored, obj: JsonObject) -> Stored:
         """Store `obj` as the next version of `current`, keeping system metadata."""
@@ -600,14 +590,3 @@ class ClusterStore:
 
     def _now(self) -> str:
         return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._clock()))
-
-
-def _field_selector(rtype: ResourceType, text: str | None) -> FieldSelector | None:
-    """The parsed selector; a custom resource's may only name what apiextensions-apiserver
-    selects on (built-in types accept any field here: see docs/simulator.md)."""
-    if not text:
-        return None
-    selector = parse_field_selector(text)
-    if rtype.custom:
-        check_custom_resource_fields(selector, namespaced=rtype.namespaced)
-    return selector

@@ -225,14 +225,19 @@ async def test_a_tenant_run_submitted_on_the_host_runs_on_the_data_controller(
     assert live(host, name)["status"]["phase"] == "Succeeded"
 
 
-async def test_logs_from_the_pod_then_the_archive_and_artifacts(
-    api: Api, cluster: SimCluster
-) -> None:
+async def finished_run_and_extract_node(api: Api, cluster: SimCluster) -> tuple[str, Any]:
+    """A sample workflow run to its end and recorded; its name and its ``extract`` node."""
     name = submit(cluster)
     await cluster.argo.run_until_settled()
     await sync(api, cluster, name)
     _, run = await api.get(run_path(cluster, name))
-    extract = next(n for n in run["graph"]["nodes"] if n.get("displayName") == "extract")
+    return name, next(n for n in run["graph"]["nodes"] if n.get("displayName") == "extract")
+
+
+async def test_logs_from_the_pod_then_the_archive_and_artifacts(
+    api: Api, cluster: SimCluster
+) -> None:
+    name, extract = await finished_run_and_extract_node(api, cluster)
     response = await api.client.get(
         run_path(cluster, name) + f"/logs/{extract['id']}", headers=headers()
     )
@@ -270,11 +275,7 @@ async def test_logs_from_the_pod_then_the_archive_and_artifacts(
 async def test_streamed_logs_and_artifacts_carry_the_request_id(
     api: Api, cluster: SimCluster
 ) -> None:
-    name = submit(cluster)
-    await cluster.argo.run_until_settled()
-    await sync(api, cluster, name)
-    _, run = await api.get(run_path(cluster, name))
-    extract = next(n for n in run["graph"]["nodes"] if n.get("displayName") == "extract")
+    name, extract = await finished_run_and_extract_node(api, cluster)
     for suffix, params in (
         (f"/logs/{extract['id']}", {"follow": "true"}),
         (f"/logs/{extract['id']}", {}),

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -44,6 +43,7 @@ from botocore.exceptions import ClientError
 
 from compiler import storage_policy
 from compiler.storage_users import StorageCredentials, StorageUsers
+from sim.ports import free_port
 
 BUCKET = "wm-artifacts"
 OTHER_BUCKET = "someone-elses-bucket"
@@ -86,12 +86,6 @@ def as_moto_authorizes(policy: dict[str, Any]) -> dict[str, Any]:
         if statement["Effect"] == "Allow" and any(a.startswith("iam:") for a in actions):
             statement["Resource"] = "*"
     return widened
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _post(url: str, body: bytes) -> bytes:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ import aiohttp
 import asyncpg
 import pytest
 
+from sim.ports import free_port
 from tests.conftest import ADMIN_DSN
 
 
@@ -61,12 +61,6 @@ async def admin_database() -> AsyncIterator[tuple[str, str]]:
                 await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         finally:
             await admin.close()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

@@ -14,8 +14,9 @@ import pytest
 
 from shared.db.inference_tokens import Deployment, TokenStore
 from shared.inference_tokens import new_token
+from sim.ports import free_port
 from tests.integration.faults import CuttableProxy
-from tests.integration.inference_auth.conftest import Instance, free_port
+from tests.integration.inference_auth.conftest import Instance
 
 DOMAIN = "models.example.com"
 HOST = "churn-production.acme.models.example.com"
