@@ -1,11 +1,11 @@
 """Compile benchmark: a 50-step wizard pipeline through the whole pure path of a save.
 
-That path is ``compiler.definitions.render``: compile, stamp, the allowlist and Argo's schema
-(Hera's models plus the round trip). Figures (STYLE.md convention, goal figure last):
+That path is ``compiler.pipelines.definitions.render``: compile, stamp, the allowlist and Argo's
+schema (Hera's models plus the round trip). Figures (STYLE.md convention, goal figure last):
 - document_kb: size of the stamped WorkflowTemplate as JSON;
 - compile_ms, stamp_ms, check_ms, schema_ms: median time of each stage alone;
 - yaml_parse_ms: median time to parse the same template written as tenant YAML
-  (``compiler.yamldoc``, the first stage of a YAML pipeline's save);
+  (``compiler.pipelines.yamldoc``, the first stage of a YAML pipeline's save);
 - baseline_json_roundtrip_ms: median time of ``json.loads(json.dumps(doc))`` of the same stamped
   document, measured in the same run: the floor any pass over the document pays;
 - ratio: render_ms / baseline_json_roundtrip_ms;
@@ -37,12 +37,12 @@ sys.path.insert(0, str(ROOT / "tests" / "unit" / "compiler"))
 import yaml  # noqa: E402
 from _pipelines import wide_dag  # noqa: E402 - shared with the tests, on the path above
 
-from compiler.allowlist import check  # noqa: E402
-from compiler.argo_schema import schema_violations  # noqa: E402
-from compiler.compile import StepLimits, compile_wizard  # noqa: E402
-from compiler.definitions import Target, render  # noqa: E402
-from compiler.stamping import stamp  # noqa: E402
-from compiler.yamldoc import parse_template_yaml  # noqa: E402
+from compiler.pipelines.allowlist import check  # noqa: E402
+from compiler.pipelines.argo_schema import schema_violations  # noqa: E402
+from compiler.pipelines.compile import StepLimits, compile_wizard  # noqa: E402
+from compiler.pipelines.definitions import Target, render  # noqa: E402
+from compiler.pipelines.stamping import stamp  # noqa: E402
+from compiler.pipelines.yamldoc import parse_template_yaml  # noqa: E402
 from shared.pipelines import parse_body  # noqa: E402
 
 TENANT = "acme"

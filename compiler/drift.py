@@ -1,7 +1,7 @@
 """Whether a live object has left what we applied, and the body that puts it back.
 
 Purely computational. ``compiler.k8s_objects.KubeObjects.apply`` uses them for every object it
-converges: tenant namespaces' contents (``compiler.provisioning``) and pipeline templates.
+converges: tenant namespaces' contents (``compiler.tenants.provisioning``) and pipeline templates.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from typing import Any, Final, cast
 
 from aiohttp import web
 
-from compiler.pipelines import Caller, PipelineService
+from compiler.pipelines.service import Caller, PipelineService
 from shared.errors import Invalid, NotFound
 from shared.identifiers import PIPELINE_ID, TENANT_ID
 from shared.pipelines import PipelineKind

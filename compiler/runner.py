@@ -19,12 +19,12 @@ import asyncpg
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
-from compiler.compile import StepLimits
 from compiler.internal_api import create_app
 from compiler.k8s_objects import KubeObjects
-from compiler.pipelines import Limits, PipelineService
-from compiler.storage_users import StorageUsers
-from compiler.tenants import TenantProvisioner
+from compiler.pipelines.compile import StepLimits
+from compiler.pipelines.service import Limits, PipelineService
+from compiler.tenants.service import TenantProvisioner
+from compiler.tenants.storage_users import StorageUsers
 from shared.argo import ArgoServer
 from shared.config import Settings
 from shared.db.migrations import apply_migrations

@@ -3,10 +3,10 @@ Purely computational.
 
 One schema for both sides: the apiserver refuses a malformed body with it before forwarding
 (``apiserver.pipelines.routes``) and the compiler parses the body it renders with it
-(``compiler.definitions``, ``compiler.pipelines``), so both answer the same 400 for the same
-body. The body (docs/api.md, "Pipelines") is ``{"name", "description", "parameters",
-"definition", "schedule", "triggers", "notifications"}``; ``definition`` is a wizard
-specification, a WorkflowTemplate in YAML, or a Git reference.
+(``compiler.pipelines.definitions``, ``compiler.pipelines.service``), so both answer the
+same 400 for the same body. The body (docs/api.md, "Pipelines") is ``{"name", "description",
+"parameters", "definition", "schedule", "triggers", "notifications"}``; ``definition`` is a
+wizard specification, a WorkflowTemplate in YAML, or a Git reference.
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from compiler import storage_policy
-from compiler.storage_users import StorageCredentials, StorageUsers
+from compiler.tenants import storage_policy
+from compiler.tenants.storage_users import StorageCredentials, StorageUsers
 from sim.ports import free_port
 
 BUCKET = "wm-artifacts"

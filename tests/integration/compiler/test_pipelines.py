@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from compiler.stamping import template_name
+from compiler.pipelines.stamping import template_name
 from sim.argo.server import DATA_ARGO_NAMESPACE, DATA_ARGO_SERVICE
 from tests.integration.compiler.pipeline_stack import (
     ESCAPING_YAML,

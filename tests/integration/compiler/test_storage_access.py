@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from compiler import storage_policy
-from compiler.storage_users import StorageUsers
+from compiler.tenants import storage_policy
+from compiler.tenants.storage_users import StorageUsers
 from tests.integration.compiler.moto_iam import (
     ACCOUNT,
     BUCKET,

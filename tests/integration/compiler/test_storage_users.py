@@ -10,8 +10,8 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from compiler import storage_policy
-from compiler.storage_users import StorageCredentials, StorageUsers
+from compiler.tenants import storage_policy
+from compiler.tenants.storage_users import StorageCredentials, StorageUsers
 from shared.config import Settings
 from shared.errors import ConfigError, Conflict, DependencyDown
 from tests.integration.compiler.moto_iam import (

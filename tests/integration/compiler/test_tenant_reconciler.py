@@ -15,9 +15,9 @@ import boto3
 import pytest
 
 from compiler.k8s_objects import KubeObjects
-from compiler.provisioning import ARTIFACT_CREDENTIALS_SECRET
-from compiler.storage_users import StorageUsers
-from compiler.tenants import TenantProvisioner
+from compiler.tenants.provisioning import ARTIFACT_CREDENTIALS_SECRET
+from compiler.tenants.service import TenantProvisioner
+from compiler.tenants.storage_users import StorageUsers
 from shared.config import Settings
 from shared.k8s import client_from_kubeconfig
 from sim.kube.server import RunningCluster, start_cluster

@@ -9,7 +9,7 @@ import helm_python as helm
 import kubernetes_validate
 import pytest
 
-from compiler.provisioning import ProvisioningSpec
+from compiler.tenants.provisioning import ProvisioningSpec
 from shared.config import Settings
 from tests.unit.chart._render import CHART, RELEASE, compiler_env, render, rendered
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from compiler.provisioning import tenant_objects
+from compiler.tenants.provisioning import tenant_objects
 from tests.unit.chart._admission import Admission, request
 from tests.unit.chart._rbac import RBAC_GROUP, Account, Rbac, Request, binding
 from tests.unit.chart._render import COMPILER, RELEASE_NAMESPACE, rendered

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from compiler.k8s_objects import KINDS
-from compiler.provisioning import (
+from compiler.tenants.provisioning import (
     ACCOUNT_ROLES,
     ARTIFACT_CREDENTIALS_SECRET,
     EXECUTOR_TOKEN_SECRET,

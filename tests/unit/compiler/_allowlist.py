@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from compiler.allowlist import Violation, check
-from compiler.compile import StepLimits
+from compiler.pipelines.allowlist import Violation, check
+from compiler.pipelines.compile import StepLimits
 
 HERE = Path(__file__).parent
 ESCAPES = sorted((HERE / "escape_corpus").glob("*.yaml"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from compiler.provisioning import ProvisioningSpec, tenant_objects
+from compiler.tenants.provisioning import ProvisioningSpec, tenant_objects
 
 TENANT = "acme"
 NAMESPACE = "kubeopera-data-acme"

@@ -1,5 +1,5 @@
-"""compiler.allowlist: the escape corpus is refused rule by rule, the benign corpus accepted
-unchanged, and single constructs are judged as the table says."""
+"""compiler.pipelines.allowlist: the escape corpus is refused rule by rule, the benign corpus
+accepted unchanged, and single constructs are judged as the table says."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from compiler.allowlist import RULES, Violation, check, raise_if_refused
-from compiler.stamping import stamp
+from compiler.pipelines.allowlist import RULES, Violation, check, raise_if_refused
+from compiler.pipelines.stamping import stamp
 from shared.errors import Refused
 from tests.unit.compiler._allowlist import (
     BENIGN,

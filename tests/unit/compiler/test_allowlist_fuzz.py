@@ -1,5 +1,5 @@
-"""compiler.allowlist under hypothesis: no document of any shape crashes the checker, and any
-hostile construct in any benign template is refused."""
+"""compiler.pipelines.allowlist under hypothesis: no document of any shape crashes the checker, and
+any hostile construct in any benign template is refused."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compiler.allowlist import RULES
+from compiler.pipelines.allowlist import RULES
 from tests.unit.compiler._allowlist import (
     BENIGN,
     run,

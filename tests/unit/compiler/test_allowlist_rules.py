@@ -1,4 +1,4 @@
-"""compiler.allowlist: secret references, resource limits, and labels and annotations under the
+"""rules.allowlist: secret references, resource limits, and labels and annotations under the
 reserved domains."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compiler.compile import StepLimits
-from compiler.stamping import stamp
+from compiler.pipelines.compile import StepLimits
+from compiler.pipelines.stamping import stamp
 from shared import quantity
 from tests.unit.compiler._allowlist import (
     BENIGN,

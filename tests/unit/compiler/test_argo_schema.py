@@ -1,4 +1,4 @@
-"""compiler.argo_schema: Argo's schema (Hera's models) and the round trip as a second opinion."""
+"""rules.argo_schema: Argo's schema (Hera's models) and the round trip as a second opinion."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 import yaml
 from _pipelines import pipeline, step, wide_dag
 
-from compiler.allowlist import Violation
-from compiler.argo_schema import RULES, schema_violations
-from compiler.compile import StepLimits, compile_wizard
-from compiler.stamping import stamp
+from compiler.pipelines.allowlist import Violation
+from compiler.pipelines.argo_schema import RULES, schema_violations
+from compiler.pipelines.compile import StepLimits, compile_wizard
+from compiler.pipelines.stamping import stamp
 from shared.pipelines import PipelineKind
 
 HERE = Path(__file__).parent
@@ -355,7 +355,7 @@ def test_importing_the_module_loads_no_io_library() -> None:
     """import-linter sees only that we import ``hera``, not what hera imports: check it runs."""
     forbidden = ["aiohttp", "asyncpg", "kubernetes_asyncio", "redis", "boto3", "botocore"]
     code = (
-        "import sys, compiler.argo_schema, compiler.yamldoc; "
+        "import sys, compiler.pipelines.argo_schema, compiler.pipelines.yamldoc; "
         f"print(sorted(name for name in {forbidden!r} if name in sys.modules))"
     )
     result = subprocess.run(

@@ -1,4 +1,4 @@
-"""compiler.compile: wizard specifications compiled into WorkflowTemplates."""
+"""compiler.pipelines.compile: wizard specifications compiled into WorkflowTemplates."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from _pipelines import pipeline, step, wide_dag
 
-from compiler.allowlist import Violation, check
-from compiler.compile import JQ_IMAGE, StepLimits, compile_wizard
-from compiler.spec import parse_spec
-from compiler.stamping import stamp
+from compiler.pipelines.allowlist import Violation, check
+from compiler.pipelines.compile import JQ_IMAGE, StepLimits, compile_wizard
+from compiler.pipelines.spec import parse_spec
+from compiler.pipelines.stamping import stamp
 from shared.config import Settings
 from shared.errors import Invalid
 from shared.pipelines import PipelineKind

@@ -1,4 +1,4 @@
-"""compiler.drift: whether a live object left what we applied, and the body that repairs it."""
+"""tenants.drift: whether a live object left what we applied, and the body that repairs it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from compiler.drift import drifted, recreated, replacement
-from compiler.provisioning import tenant_objects
+from compiler.tenants.provisioning import tenant_objects
 from tests.unit.compiler._specs import NAMESPACE, SPEC, TENANT, one
 
 

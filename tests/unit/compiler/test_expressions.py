@@ -1,4 +1,4 @@
-"""compiler.expressions: activation expressions parsed without eval, rendered as depends."""
+"""pipelines.expressions: activation expressions parsed without eval, rendered as depends."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compiler.expressions import (
+from compiler.pipelines.expressions import (
     And,
     ExpressionError,
     Not,

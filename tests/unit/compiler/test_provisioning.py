@@ -1,4 +1,4 @@
-"""compiler.provisioning: every object of a tenant namespace, the spec hash, and drift."""
+"""compiler.tenants.provisioning: every object of a tenant namespace, the spec hash, and drift."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compiler.provisioning import (
+from compiler.tenants.provisioning import (
     SPEC_SCHEMA_VERSION,
     ProvisioningSpec,
     obsolete_objects,
@@ -560,7 +560,7 @@ def test_every_field_changes_the_hash(change: dict[str, Any]) -> None:
 
 
 def test_the_hash_changes_with_the_schema_version(monkeypatch: pytest.MonkeyPatch) -> None:
-    import compiler.provisioning as provisioning
+    import compiler.tenants.provisioning as provisioning
 
     before = spec_hash(SPEC)
     monkeypatch.setattr(provisioning, "SPEC_SCHEMA_VERSION", SPEC_SCHEMA_VERSION + 1)

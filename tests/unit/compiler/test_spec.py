@@ -1,4 +1,4 @@
-"""compiler.spec: the wizard schema, its errors naming the offending field."""
+"""compiler.pipelines.spec: the wizard schema, its errors naming the offending field."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from _pipelines import pipeline, step
 
-from compiler.spec import PipelineSpec, find_cycle, parse_spec
+from compiler.pipelines.spec import PipelineSpec, find_cycle, parse_spec
 from shared.errors import Invalid
 
 

@@ -1,4 +1,4 @@
-"""compiler.stamping: identity set by us, the tenant's identity fields removed."""
+"""compiler.pipelines.stamping: identity set by us, the tenant's identity fields removed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from compiler.stamping import stamp, template_name
+from compiler.pipelines.stamping import stamp, template_name
 
 BENIGN = sorted((Path(__file__).parent / "benign_corpus").glob("*.yaml"))
 OURS = {

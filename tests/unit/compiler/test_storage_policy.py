@@ -1,4 +1,4 @@
-"""The storage layout and IAM policies (compiler.storage_policy), evaluated here with IAM's rules.
+"""The storage layout and IAM policies (tenants.storage_policy), evaluated here with IAM's rules.
 
 moto ignores Condition blocks and IAM user ARNs (docs/iam.md), so what it cannot check is
 checked here with a small evaluator of IAM's semantics for the features these policies use:
@@ -20,7 +20,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compiler import storage_policy as sp
+from compiler.tenants import storage_policy as sp
 from shared.errors import ConfigError, Invalid
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,4 +1,4 @@
-"""compiler.yamldoc: one tenant YAML document parsed into JSON-shaped data, with hard limits."""
+"""pipelines.yamldoc: one tenant YAML document parsed into JSON-shaped data, hard limits."""
 
 from __future__ import annotations
 
@@ -12,9 +12,15 @@ from _pipelines import wide_dag
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compiler import yamldoc
-from compiler.compile import StepLimits, compile_wizard
-from compiler.yamldoc import MAX_BYTES, MAX_DEPTH, MAX_ERRORS, MAX_NODES, parse_template_yaml
+from compiler.pipelines import yamldoc
+from compiler.pipelines.compile import StepLimits, compile_wizard
+from compiler.pipelines.yamldoc import (
+    MAX_BYTES,
+    MAX_DEPTH,
+    MAX_ERRORS,
+    MAX_NODES,
+    parse_template_yaml,
+)
 from shared.errors import Invalid
 
 BENIGN = sorted((Path(__file__).parent / "benign_corpus").glob("*.yaml"))

@@ -3,7 +3,7 @@
 Purely computational, no side effects: ``tenant_objects`` turns a tenant id and a
 ``ProvisioningSpec`` (the settings that shape every tenant namespace) into full manifests in apply
 order; ``drifted`` says whether a live object has left what we want; ``replacement`` builds the
-body that puts it back. ``compiler.tenant_objects`` does the I/O.
+body that puts it back. ``compiler.tenants.tenant_objects`` does the I/O.
 
 The namespace ``kubeopera-data-<tenant>`` holds:
 
@@ -17,13 +17,13 @@ The namespace ``kubeopera-data-<tenant>`` holds:
 - ``kubeopera-compiler``: the RoleBinding granting the compiler's own service account the
   chart's tenant-compiler ClusterRole in this namespace, applied right after the namespace,
   before anything the compiler writes there through it (see "Rights" below);
-- the four accounts of ``compiler.stamping``, none of which mounts a token by itself. A pod gets a
-  token only where its spec asks: Argo mounts the executor's token into its own containers
-  only (through the Secret ``kubeopera-executor.service-account-token``, which Argo finds through
-  the account's annotation; since Kubernetes 1.24 nothing creates such a Secret for us), and the
-  stamper asks for the Spark or training token only on the templates that run as them. Each
-  account that calls the API is bound to the chart's tenant ClusterRole with the least it needs:
-  the executor creates and patches ``workflowtaskresults`` (Argo's documented minimum), Spark
+- the four accounts of ``compiler.pipelines.stamping``, none of which mounts a token by itself.
+  A pod gets a token only where its spec asks: Argo mounts the executor's token into its own
+  containers only (through the Secret ``kubeopera-executor.service-account-token``, which Argo
+  finds through the account's annotation; since Kubernetes 1.24 nothing creates such a Secret for
+  us), and the stamper asks for the Spark or training token only on the templates that run as them.
+  Each account that calls the API is bound to the chart's tenant ClusterRole with the least it
+  needs: the executor creates and patches ``workflowtaskresults`` (Argo's documented minimum), Spark
   drivers manage their executors' pods, services, config maps and volume claims, PyTorch
   launchers their workers' pods and services;
 - ``kubeopera-egress``: traffic in only from the namespace itself; traffic out only to cluster
@@ -53,9 +53,9 @@ the compiler holds the ``bind`` verb on exactly those, so Kubernetes lets it cre
 RoleBindings without holding what they grant (it would have to hold all of it to create a Role
 or bind anything else). Cluster-wide it may only create namespaces and RoleBindings, which the
 chart's admission policy confines to ``kubeopera-data-*``. Schema 1 gave each account a Role of
-its own: ``obsolete_objects`` names them, for the caller to delete when a namespace takes a new
-spec. A binding's ``roleRef`` cannot change in place; ``compiler.drift.recreated`` says when one
-must be deleted and created again.
+its own: ``obsolete_objects`` names them, for the caller to delete when a namespace takes a
+new spec. A binding's ``roleRef`` cannot change in place; ``compiler.drift.recreated``
+says when one must be deleted and created again.
 
 The spec hash covers the spec and ``SPEC_SCHEMA_VERSION``: bump the version whenever this module
 builds different objects from the same spec, so that the change rolls out to every tenant.
@@ -76,17 +76,17 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from compiler.stamping import (
-    EXECUTOR_SERVICE_ACCOUNT,
-    SPARK_SERVICE_ACCOUNT,
-    TRAINING_SERVICE_ACCOUNT,
-    WORKLOAD_SERVICE_ACCOUNT,
-)
 from shared import labels as L
 from shared import storage
 from shared.errors import ConfigError
 from shared.identifiers import TENANT_ID
 from shared.quantity import cpu_millis, memory_bytes
+
+# The namespace's accounts (the stamper names them on every template it stamps).
+WORKLOAD_SERVICE_ACCOUNT: Final = "kubeopera-workload"
+EXECUTOR_SERVICE_ACCOUNT: Final = "kubeopera-executor"
+SPARK_SERVICE_ACCOUNT: Final = "kubeopera-spark"
+TRAINING_SERVICE_ACCOUNT: Final = "kubeopera-training"
 
 if TYPE_CHECKING:
     from shared.config import Settings

@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from compiler import expressions
+from compiler.pipelines import expressions
 from shared.config import parse_duration
 from shared.errors import Invalid
 from shared.quantity import cpu_millis, memory_bytes

@@ -1,6 +1,6 @@
 """The allowlist's rules for what ends up in a pod: containers, their resources and the Secrets
 they reach, volumes, security contexts, pod metadata and artifact locations, plus the walk state
-they report into (``compiler.allowlist`` drives them).
+they report into (``compiler.pipelines.allowlist`` drives them).
 
 Purely computational, no side effects. Each function takes the raw value at a path, reports
 what it refuses into ``Walk`` and never raises: a value of the wrong shape is ``malformed``.
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from compiler.provisioning import ARTIFACT_REPOSITORIES, ARTIFACT_REPOSITORY_KEY
-from compiler.stamping import RUNS_AS_ACCOUNTS, RUNS_AS_ANNOTATION, reserved_key
+from compiler.pipelines.stamping import RUNS_AS_ACCOUNTS, RUNS_AS_ANNOTATION, reserved_key
+from compiler.tenants.provisioning import ARTIFACT_REPOSITORIES, ARTIFACT_REPOSITORY_KEY
 from shared import quantity
 
 # rule -> why it is refused. docs/security.md lists the same table (a test keeps them in step).
@@ -421,7 +421,7 @@ def pod_metadata(w: Walk, value: object, path: str, *, runs_as: bool = False) ->
     """A pod's labels and annotations: none under the reserved domains (a pod labelled as
     another run's, or annotated as the controller annotates its own), none that changes the
     sandbox. ``runs_as``: a template of ``spec.templates``, whose ``kubeopera.io/runs-as``
-    stamping reads (``compiler.stamping``)."""
+    stamping reads (``compiler.pipelines.stamping``)."""
     metadata = w.mapping(value, path)
     if metadata is None:
         return

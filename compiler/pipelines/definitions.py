@@ -5,22 +5,24 @@ A save, an update and a validate all carry the same body, parsed by ``shared.pip
 ``render`` turns it into the stamped template that will be applied:
 
 1. the definition gives an unstamped WorkflowTemplate: a wizard specification is compiled
-   (``compiler.compile``), YAML is parsed with hard limits (``compiler.yamldoc``); a Git
-   definition has no text to render until Git sync fetches it, so it is refused here;
+   (``compiler.pipelines.compile``), YAML is parsed with hard limits
+   (``compiler.pipelines.yamldoc``); a Git definition has no text to render until Git sync
+   fetches it, so it is refused here;
 2. the body's ``parameters`` (``{name: default}``) replace the defaults of parameters the
    template declares; naming one it does not declare is an error, not a silent no-op;
-3. ``compiler.stamping`` gives it our identity, namespace, labels and service accounts;
-4. the allowlist (``compiler.allowlist``) and Argo's schema (``compiler.argo_schema``) judge the
-   stamped document together, so a refusal lists every violation of both at once (422). The
-   allowlist judges it against the target: the tenant, the kind, the largest step and the
-   tenant's data secrets. Whatever the platform must add that a tenant may not write (a
-   reference to one of its own Secrets) would come after this step; nothing does today: the
-   executor's token and the artifact repository's credentials are found by Argo at run time,
-   through the executor's service account and the namespace's repository ConfigMap.
+3. ``compiler.pipelines.stamping`` gives it our identity, namespace, labels and service
+   accounts;
+4. the allowlist (``compiler.pipelines.allowlist``) and Argo's schema
+   (``compiler.pipelines.argo_schema``) judge the stamped document together, so a refusal lists
+   every violation of both at once (422). The allowlist judges it against the target: the tenant,
+   the kind, the largest step and the tenant's data secrets. Whatever the platform must add that a
+   tenant may not write (a reference to one of its own Secrets) would come after this step; nothing
+   does today: the executor's token and the artifact repository's credentials are found by Argo at
+   run time, through the executor's service account and the namespace's repository ConfigMap.
 
 Argo's own lint, the third opinion, needs the Argo server and is called by the service
-(``compiler.pipelines``). ``run_arguments`` checks a run's parameter overrides against what the
-version declares.
+(``compiler.pipelines.service``). ``run_arguments`` checks a run's parameter overrides against
+what the version declares.
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from compiler import allowlist, argo_schema
-from compiler.compile import StepLimits, compile_wizard
-from compiler.spec import parameter_value
-from compiler.stamping import stamp
-from compiler.yamldoc import parse_template_yaml
+from compiler.pipelines import allowlist, argo_schema
+from compiler.pipelines.compile import StepLimits, compile_wizard
+from compiler.pipelines.spec import parameter_value
+from compiler.pipelines.stamping import stamp
+from compiler.pipelines.yamldoc import parse_template_yaml
 from shared import labels as L
 from shared.errors import Invalid
 from shared.pipelines import (

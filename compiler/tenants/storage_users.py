@@ -1,7 +1,7 @@
 """Tenants' IAM storage users: created, granted, keyed and deleted through boto3.
 
-The names and documents come from ``compiler.storage_policy``; this module only talks to IAM.
-boto3 blocks, so every call runs in a worker thread (``asyncio.to_thread``). Every operation
+The names and documents come from ``compiler.tenants.storage_policy``; this module only talks
+to IAM. boto3 blocks, so every call runs in a worker thread (``asyncio.to_thread``). Every operation
 converges when repeated: a user that exists is reused, the inline policy is put again on every
 ``ensure_user`` (so a change of ``tenant_user_policy`` reaches every user on the next
 reconcile), and deleting what is already gone succeeds. botocore's errors become
@@ -25,7 +25,7 @@ import boto3  # type: ignore[import-untyped]
 import botocore.exceptions  # type: ignore[import-untyped]
 from botocore.config import Config  # type: ignore[import-untyped]
 
-from compiler import storage_policy as policies
+from compiler.tenants import storage_policy as policies
 from shared.config import Settings
 from shared.errors import ConfigError, Conflict, DependencyDown, NotFound, WorkflowManagerError
 from shared.logging import get_logger

@@ -36,7 +36,7 @@ from typing import Any, Final
 
 import yaml
 
-from compiler.podrules import Walk
+from compiler.pipelines.podrules import Walk
 from shared.errors import Invalid
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_ERRORS", "MAX_NODES", "parse_template_yaml"]

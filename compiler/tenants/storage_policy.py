@@ -1,7 +1,8 @@
 """The object-storage layout and the three IAM policies that guard it.
 
-Purely computational, no side effects: names and JSON documents only; ``compiler.storage_users``
-sends them to IAM. One bucket holds every tenant under ``tenants/<tenant>/``:
+Purely computational, no side effects: names and JSON documents only;
+``compiler.tenants.storage_users`` sends them to IAM. One bucket holds every tenant under
+``tenants/<tenant>/``:
 
 - ``artifacts/`` pipeline artifacts (Argo's artifact repository): the tenant reads and writes;
 - ``training/`` ML training storage (checkpoints, datasets): the tenant reads and writes;
@@ -62,7 +63,7 @@ OBJECT_READ_WRITE: Final = (
 )
 OBJECT_READ: Final = ("s3:GetObject",)
 
-# What workflow-manager does to a tenant user after creating it (compiler.storage_users).
+# What workflow-manager does to a tenant user after creating it (compiler.tenants.storage_users).
 # iam:TagUser is needed because CreateUser carries tags.
 MANAGER_USER_ACTIONS: Final = (
     "iam:GetUser",

@@ -10,8 +10,8 @@ The shape (docs/pipeline-spec.md has the full mapping):
   ``step-<name>`` per step;
 - ``depends_on`` and ``from`` references become Argo ``depends`` with Argo's default meaning of
   a bare name (succeeded, skipped or daemoned); an ``activation`` is parsed
-  (``compiler.expressions``) and rendered as the task's ``depends`` expression, ANDed with any
-  dependency it does not already mention;
+  (``compiler.pipelines.expressions``) and rendered as the task's ``depends`` expression, ANDed
+  with any dependency it does not already mention;
 - ``retries`` become ``retryStrategy``, ``timeout`` the template's ``activeDeadlineSeconds``,
   ``from_secret`` a ``secretKeyRef`` (a Pod can only read Secrets of its own namespace, so it is
   always the tenant's), ``runtime: spark|pytorch`` the ``kubeopera.io/runs-as`` annotation that
@@ -33,9 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from compiler import expressions
-from compiler.spec import PipelineSpec, Step, parameter_value, parse_spec, upstream
-from compiler.stamping import RUNS_AS_ANNOTATION, identity_labels, template_name
+from compiler.pipelines import expressions
+from compiler.pipelines.spec import PipelineSpec, Step, parameter_value, parse_spec, upstream
+from compiler.pipelines.stamping import RUNS_AS_ANNOTATION, identity_labels, template_name
 from shared.errors import Invalid
 from shared.pipelines import PipelineKind
 from shared.quantity import cpu_millis, memory_bytes

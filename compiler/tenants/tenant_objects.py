@@ -1,22 +1,22 @@
 """Provisioning one tenant namespace on the host cluster: apply, record, discover.
 
-``provision_tenant`` applies every object ``compiler.provisioning`` builds, in order, then
+``provision_tenant`` applies every object ``compiler.tenants.provisioning`` builds, in order, then
 records the spec hash on the namespace (annotation ``kubeopera.io/provisioning-spec-hash``) only
 once all of them were applied: a namespace carrying a hash is known to have converged to that
-spec in full, whatever the database says. ``compiler.tenants`` records the same hash in the
+spec in full, whatever the database says. ``compiler.tenants.service`` records the same hash in the
 ``tenants`` table and runs the passes; a reconcile pass applies everything for every tenant
 whatever the recorded hash says, since drift (a deleted quota, an edited policy) leaves the hash
 unchanged, and an unchanged object costs one read. When the namespace takes a new hash, what an
 earlier schema created and nothing creates any more (``obsolete_objects``) is deleted first.
 
 The compiler writes a tenant namespace's contents through the RoleBinding that provisioning
-applies right after the namespace (``compiler.provisioning``, "Rights"). The API server's
+applies right after the namespace (``compiler.tenants.provisioning``, "Rights"). The API server's
 authorizer learns of a new binding from a watch, a moment later (on each API server of the
 control plane separately), so after creating or replacing that binding a refusal (HTTP 403) is
 retried with backoff for a few seconds before it counts.
 
 ``discover_api_server`` finds the API server's addresses for the network policy (see
-``compiler.provisioning``); call it when building the spec, and again each pass so that a
+``compiler.tenants.provisioning``); call it when building the spec, and again each pass so that a
 control plane that moves rolls out like any other change.
 """
 
@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, TypeVar
 
 from compiler.k8s_objects import KubeObjects
-from compiler.provisioning import (
+from compiler.tenants.provisioning import (
     COMPILER_BINDING,
     ProvisioningSpec,
     host_cidr,

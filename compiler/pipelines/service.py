@@ -22,10 +22,10 @@ from typing import Any, Final, Protocol
 
 import asyncpg
 
-from compiler import definitions
-from compiler.compile import StepLimits
-from compiler.definitions import Rendered, Target
-from compiler.stamping import identity_labels, template_name
+from compiler.pipelines import definitions
+from compiler.pipelines.compile import StepLimits
+from compiler.pipelines.definitions import Rendered, Target
+from compiler.pipelines.stamping import identity_labels, template_name
 from shared import labels as L
 from shared.db.audit import record_action
 from shared.db.pipelines import PipelineRow, PipelineStore, VersionRow
@@ -60,7 +60,7 @@ class Objects(Protocol):
 
 
 class Tenants(Protocol):
-    """Provisioning on first use (``compiler.tenants.TenantProvisioner``)."""
+    """Provisioning on first use (``compiler.tenants.service.TenantProvisioner``)."""
 
     async def ensure(self, tenant: str) -> None: ...
 

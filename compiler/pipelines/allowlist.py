@@ -9,7 +9,7 @@ security-context levels only known fields are accepted, so a field Argo or Kuber
 tomorrow is refused (``unknown_field``) until someone has decided it is safe. Every rule and the
 reason for it is listed in docs/security.md.
 
-The checker runs on the stamped document (``compiler.stamping``): it accepts exactly the
+The checker runs on the stamped document (``compiler.pipelines.stamping``): it accepts exactly the
 identity stamping gives (the workload account, the executor account, no mounted token) and the
 platform's Spark and training accounts on templates, and nothing else. Anything the platform
 itself must add that a tenant may not write (a reference to one of its own Secrets, say) is added
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from compiler import podrules as P
-from compiler.compile import GPU_RESOURCE, StepLimits
-from compiler.podrules import RULES, Ceiling, Walk
-from compiler.stamping import (
+from compiler.pipelines import podrules as P
+from compiler.pipelines.compile import GPU_RESOURCE, StepLimits
+from compiler.pipelines.podrules import RULES, Ceiling, Walk
+from compiler.pipelines.stamping import (
     EXECUTOR_SERVICE_ACCOUNT,
     TEMPLATE_SERVICE_ACCOUNTS,
     WORKLOAD_SERVICE_ACCOUNT,

@@ -3,11 +3,11 @@
 A tenant is provisioned in three parts, each idempotent:
 
 1. the ``tenants`` row (the record of what was applied);
-2. its storage user (``compiler.storage_users``): the IAM user, its policy, and an access key
-   whose secret half lives only in the namespace's ``kubeopera-artifact-credentials`` Secret. A
+2. its storage user (``compiler.tenants.storage_users``): the IAM user, its policy, and an access
+   key whose secret half lives only in the namespace's ``kubeopera-artifact-credentials`` Secret. A
    key is issued when the Secret is missing or names a key IAM no longer has, never otherwise,
    so a pass over a healthy tenant changes nothing;
-3. the namespace and everything in it (``compiler.provisioning``), applied object by object:
+3. the namespace and everything in it (``compiler.tenants.provisioning``), applied object by object:
    missing ones are created, drifted ones replaced, the rest left alone.
 
 The provisioning specification (the settings that shape those objects, plus the API server's
@@ -32,8 +32,8 @@ from typing import Any
 import asyncpg
 
 from compiler.k8s_objects import KubeObjects
-from compiler.pg_tenants import TenantStore
-from compiler.provisioning import (
+from compiler.tenants.pg_tenants import TenantStore
+from compiler.tenants.provisioning import (
     ACCESS_KEY,
     ARTIFACT_CREDENTIALS_SECRET,
     ProvisioningSpec,
@@ -41,8 +41,8 @@ from compiler.provisioning import (
     spec_hash,
     tenant_namespace,
 )
-from compiler.storage_users import StorageUsers
-from compiler.tenant_objects import discover_api_server, provision_tenant
+from compiler.tenants.storage_users import StorageUsers
+from compiler.tenants.tenant_objects import discover_api_server, provision_tenant
 from shared.config import Settings
 from shared.logging import get_logger
 

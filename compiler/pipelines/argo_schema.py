@@ -1,7 +1,7 @@
 """Argo's schema as a second opinion on a WorkflowTemplate, from Hera's generated models.
 
-Purely computational, no side effects. The allowlist (``compiler.allowlist``) knows only the
-fields it has judged safe; this module asks what Argo itself would make of the document, so that
+Purely computational, no side effects. The allowlist (``compiler.pipelines.allowlist``) knows only
+the fields it has judged safe; this module asks what Argo itself would make of the document, so that
 a template the allowlist accepts is also one Argo reads as written. Two checks:
 
 1. **Schema** (rule ``argo_schema``): the document is validated against Hera's
@@ -42,8 +42,8 @@ from hera.workflows.models.io.k8s.apimachinery.pkg.api.resource import Quantity
 from pydantic import BaseModel, RootModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from compiler.allowlist import Violation
-from compiler.podrules import Walk
+from compiler.pipelines.allowlist import Violation
+from compiler.pipelines.podrules import Walk
 
 __all__ = ["RULES", "schema_violations"]
 

@@ -16,7 +16,7 @@ is returned. Whatever a tenant wrote in the identity fields is replaced or remov
   ``runtime: spark|pytorch``) runs as the namespace's ``kubeopera-spark`` or
   ``kubeopera-training`` account with its token mounted, which Spark drivers and PyTorch
   launchers need to create their workers. These are the only accounts a template may name;
-  ``compiler.allowlist`` refuses any other.
+  ``compiler.pipelines.allowlist`` refuses any other.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from typing import Any, Final
 
 import orjson
 
+from compiler.tenants.provisioning import EXECUTOR_SERVICE_ACCOUNT as EXECUTOR_SERVICE_ACCOUNT
+from compiler.tenants.provisioning import SPARK_SERVICE_ACCOUNT as SPARK_SERVICE_ACCOUNT
+from compiler.tenants.provisioning import TRAINING_SERVICE_ACCOUNT as TRAINING_SERVICE_ACCOUNT
+from compiler.tenants.provisioning import WORKLOAD_SERVICE_ACCOUNT as WORKLOAD_SERVICE_ACCOUNT
 from shared import labels as L
 from shared.pipelines import PipelineKind
 
-WORKLOAD_SERVICE_ACCOUNT: Final = "kubeopera-workload"
-EXECUTOR_SERVICE_ACCOUNT: Final = "kubeopera-executor"
-SPARK_SERVICE_ACCOUNT: Final = "kubeopera-spark"
-TRAINING_SERVICE_ACCOUNT: Final = "kubeopera-training"
 # Template-level accounts a template may run as (its token mounted): Spark and PyTorch jobs.
 RUNS_AS_ANNOTATION: Final = "kubeopera.io/runs-as"
 RUNS_AS_ACCOUNTS: Final[Mapping[str, str]] = {
@@ -70,7 +70,8 @@ def template_name(pipeline_id: str, version: int) -> str:
 
 
 def _copy(template: Mapping[str, Any]) -> dict[str, Any]:
-    """A deep copy. Templates are JSON documents (compiled, or parsed by ``compiler.yamldoc``),
+    """A deep copy. Templates are JSON documents (compiled, or parsed by
+    ``compiler.pipelines.yamldoc``),
     which a JSON round trip copies about ten times faster than ``copy.deepcopy``; anything
     else (a caller's own mapping with other types) falls back to ``deepcopy``."""
     try:
