@@ -53,6 +53,11 @@ Definition = Annotated[
 ]
 
 
+# The parts of a body besides its definition that a version keeps (``pipeline_versions.settings``)
+# and that a pipeline's attachments (``compiler.pipelines.service.Attachment``) follow.
+SETTINGS_FIELDS: Final = ("schedule", "triggers", "notifications")
+
+
 class PipelineBody(_Model):
     """The body of create, update and validate."""
 
@@ -63,6 +68,10 @@ class PipelineBody(_Model):
     schedule: Any = None
     triggers: Any = None
     notifications: Any = None
+
+    def settings(self) -> dict[str, Any]:
+        """What a version records of the body besides its definition, JSON-shaped."""
+        return self.model_dump(mode="json", include=set(SETTINGS_FIELDS))
 
 
 def parse_body(data: object) -> PipelineBody:

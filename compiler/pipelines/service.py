@@ -10,13 +10,20 @@ Each version has its own template (``p-<id>-v<N>``), so runs of recent versions 
 retried after newer saves. After each save the templates of all but the newest
 ``PIPELINE_TEMPLATES_KEPT`` versions are deleted (the current one always stays); rolling back to a
 version whose template was collected applies its recorded document again.
+
+What a pipeline owns besides its templates (a CronWorkflow for its schedule, event sources and
+sensors for its triggers, ...) are its *attachments*: each follows the current version. Inside
+the same transaction, after the template is applied and the version recorded, every attachment
+is given the version that is now current (``attach``: create, update, rollback); delete removes
+them first (``detach``). An attachment that fails fails the save, and the version is not
+recorded.
 """
 
 from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -69,6 +76,29 @@ Lint = Callable[[str, Mapping[str, Any]], Awaitable[object]]
 
 
 @dataclass(frozen=True, slots=True)
+class Current:
+    """A pipeline and the version now current: what its attachments follow."""
+
+    tenant: str
+    kind: PipelineKind
+    pipeline_id: str
+    name: str
+    version: VersionRow
+
+    @property
+    def namespace(self) -> str:
+        return f"{L.DATA_NAMESPACE_PREFIX}{self.tenant}"
+
+
+class Attachment(Protocol):
+    """Something a pipeline owns that follows its current version (see the module docstring)."""
+
+    async def attach(self, current: Current) -> None: ...
+
+    async def detach(self, tenant: str, kind: PipelineKind, pipeline_id: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
 class Caller:
     tenant: str
     actor: str
@@ -102,6 +132,7 @@ class PipelineService:
         lint: Lint | None,
         limits: Limits,
         instance_id: str,
+        attachments: Sequence[Attachment] = (),
     ) -> None:
         self._pool = pool
         self._objects = objects
@@ -109,6 +140,7 @@ class PipelineService:
         self._lint = lint
         self._limits = limits
         self._instance_id = instance_id  # the data controller's (ARGO_DATA_INSTANCE_ID)
+        self._attachments = tuple(attachments)
 
     # --- rendering ---------------------------------------------------------------------------
     def _target(self, caller: Caller, kind: PipelineKind, pipeline_id: str, version: int) -> Target:
@@ -187,7 +219,8 @@ class PipelineService:
                     ARGO_API_VERSION, TEMPLATE_KIND, metadata["namespace"], metadata["name"]
                 )
                 raise
-            await self._record(store, pipeline_id, 1, body, rendered, caller)
+            row = await self._record(store, pipeline_id, 1, body, rendered, caller)
+            await self._attach(caller.tenant, kind, pipeline_id, body.name, row)
         log.info("pipeline_created", pipeline=pipeline_id, tenant=caller.tenant, kind=kind)
         return self._saved(pipeline_id, 1, rendered)
 
@@ -206,7 +239,7 @@ class PipelineService:
             version = pipeline.latest_version + 1
             rendered = await self._checked(body, self._target(caller, kind, pipeline_id, version))
             await self._objects.apply(rendered.template)
-            await self._record(store, pipeline_id, version, body, rendered, caller)
+            row = await self._record(store, pipeline_id, version, body, rendered, caller)
             await store.point_at(
                 pipeline_id,
                 current=version,
@@ -215,6 +248,7 @@ class PipelineService:
                 description=body.description,
                 definition_type=body.definition.type,
             )
+            await self._attach(caller.tenant, kind, pipeline_id, body.name, row)
             await self._collect(store, pipeline, current=version)
         log.info("pipeline_updated", pipeline=pipeline_id, version=version, tenant=caller.tenant)
         return self._saved(pipeline_id, version, rendered)
@@ -227,16 +261,27 @@ class PipelineService:
         body: PipelineBody,
         rendered: Rendered,
         caller: Caller,
-    ) -> None:
+    ) -> VersionRow:
         await store.insert_version(
             pipeline_id=pipeline_id,
             version=version,
             definition=body.definition.model_dump(mode="json"),
             parameters=rendered.parameters,
+            settings=body.settings(),
             template_name=template_name(pipeline_id, version),
             template=rendered.template,
             actor=caller.actor,
         )
+        row = await store.version(pipeline_id, version)
+        assert row is not None  # written just now, in this transaction
+        return row
+
+    async def _attach(
+        self, tenant: str, kind: PipelineKind, pipeline_id: str, name: str, row: VersionRow
+    ) -> None:
+        current = Current(tenant=tenant, kind=kind, pipeline_id=pipeline_id, name=name, version=row)
+        for attachment in self._attachments:
+            await attachment.attach(current)
 
     @staticmethod
     def _saved(pipeline_id: str, version: int, rendered: Rendered) -> dict[str, Any]:
@@ -287,6 +332,7 @@ class PipelineService:
                 await self._objects.apply(row.template)
                 await store.mark_restored(pipeline_id, version)
             await store.point_at(pipeline_id, current=version, latest=pipeline.latest_version)
+            await self._attach(caller.tenant, kind, pipeline_id, pipeline.name, row)
             await self._collect(store, pipeline, current=version)
         log.info("pipeline_rolled_back", pipeline=pipeline_id, version=version, restored=restored)
         return {"id": pipeline_id, "current_version": version, "template_restored": restored}
@@ -295,6 +341,8 @@ class PipelineService:
         """Delete the pipeline, its versions and every template it applied (runs stay)."""
         async with self._transaction() as store:
             await self._locked(store, caller, kind, pipeline_id)
+            for attachment in self._attachments:
+                await attachment.detach(caller.tenant, kind, pipeline_id)
             namespace = f"{L.DATA_NAMESPACE_PREFIX}{caller.tenant}"
             selector = f"{L.PIPELINE_ID}={pipeline_id}"
             templates = await self._objects.list(
