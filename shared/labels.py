@@ -18,6 +18,9 @@ PIPELINE_KIND_DATA: Final = "data"
 PIPELINE_KIND_ML: Final = "ml"
 # Set on workflows created by our event triggers (value: the trigger's name or id).
 TRIGGER: Final = "kubeopera.io/trigger"
+# A tenant's data secret (a Secret in its namespace that pipelines may reference by name).
+DATA_SECRET: Final = "kubeopera.io/data-secret"
+DATA_SECRET_VALUE: Final = "true"
 # Where a run came from when nothing else says it; the only value we read is SOURCE_CICD.
 SOURCE: Final = "kubeopera.io/source"
 SOURCE_CICD: Final = "cicd"
