@@ -19,9 +19,6 @@ GATE: Final = "gate"
 APPROVAL: Final = "approval"
 CLEANUP: Final = "cleanup"
 STAGES: Final = (REGISTER, GATE, APPROVAL, CLEANUP)
-# Names the deployment stages will take (spec, "The ML control stages"): reserved now, so a
-# pipeline saved today never has to be renamed when they arrive.
-FUTURE_STAGES: Final = ("deploy-staging", "canary", "canary-analysis", "promotion")
 
 # Every platform template, task and step name starts with this; tenants may use none of them.
 PLATFORM_PREFIX: Final = "wm-"
@@ -64,7 +61,8 @@ PASSED_CONDITION: Final = (
 
 
 def reserved_name(name: object) -> bool:
-    """Whether a template, task or step name belongs to the platform: ``wm-`` anything, or a
-    stage's own name (today's or a future one), in any case."""
-    text = str(name).lower()
-    return text.startswith(PLATFORM_PREFIX) or text in {*STAGES, *FUTURE_STAGES}
+    """Whether a template, task or step name belongs to the platform: ``wm-`` anything, in any
+    case, whatever stages exist today or later. A stage's bare name (``cleanup``, ``gate``) is
+    not reserved: the stage controller knows a stage by its ``wm-`` template, never by a name a
+    tenant's step may also have."""
+    return str(name).lower().startswith(PLATFORM_PREFIX)
