@@ -18,7 +18,9 @@ from stagectl.gate import Verdict, evaluate, metrics_of
 OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
 
 
-def gate(*thresholds: tuple[str, str, float], compare: dict[str, Any] | None = None) -> dict:
+def gate(
+    *thresholds: tuple[str, str, float], compare: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
         "thresholds": [{"metric": m, "op": op, "value": v} for m, op, v in thresholds],
         "compare_to_production": compare,
@@ -71,7 +73,7 @@ gates = st.builds(
 @example({"metrics": "auc"}, AUC, None)
 @example({"auc": 10**4000}, gate(("auc", "<", 1e308)), {"auc": -(10**4000)})
 def test_any_json_scorecard_gives_a_deterministic_verdict_and_never_raises(
-    scorecard: object, config: dict, production: object
+    scorecard: object, config: dict[str, Any], production: object
 ) -> None:
     verdict = evaluate(scorecard, config, production)
     assert isinstance(verdict, Verdict)
@@ -187,7 +189,7 @@ def test_an_invalid_gate_configuration_fails_rather_than_raising() -> None:
 
 
 # --- the comparison with production ----------------------------------------------------------
-def compared(higher_is_better: bool = True, max_regression: float = 0.05) -> dict:
+def compared(higher_is_better: bool = True, max_regression: float = 0.05) -> dict[str, Any]:
     return gate(
         ("ok", "==", 1),
         compare={
