@@ -73,6 +73,7 @@ def limits_of(settings: Settings) -> Limits:
         ml=StepLimits.from_settings(settings, "ml"),
         artifact_bucket=settings.ARTIFACT_BUCKET or "",
         templates_kept=settings.PIPELINE_TEMPLATES_KEPT,
+        schedule_min_interval=settings.SCHEDULE_MIN_INTERVAL,
     )
 
 

@@ -43,6 +43,8 @@ from typing import Final
 
 from cronsim import CronSim, CronSimError
 
+from shared.errors import Invalid
+
 MINUTES_PER_DAY: Final = 24 * 60
 DESCRIPTORS: Final = {
     "@yearly": "0 0 1 1 *",
@@ -243,6 +245,62 @@ def time_zone(name: str) -> zoneinfo.ZoneInfo:
     if len(name) > 64 or not _ZONE.match(name) or name not in _zone_names():
         raise ScheduleError(f"{name!r} is not an IANA time zone name (such as Europe/Helsinki)")
     return zoneinfo.ZoneInfo(name)
+
+
+# --- a schedule's check ------------------------------------------------------------------------
+
+
+def _human(seconds: float) -> str:
+    """``90`` -> ``1m30s``, ``3600`` -> ``1h``, as Go and our settings write durations."""
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
+    return text + (f"{secs}s" if secs or not text else "")
+
+
+def check(
+    expressions: Sequence[str], timezone: str, *, min_interval: float, from_year: int
+) -> list[Cron]:
+    """A schedule's parsed expressions; Invalid (400, every error at once) naming each refused
+    field otherwise: an expression we refuse (``schedule.cron[1]``), an unknown zone
+    (``schedule.timezone``), an expression firing more often than ``min_interval`` seconds
+    (``schedule.cron[1]``), or expressions doing so only together (``schedule.cron``)."""
+    errors: list[dict[str, str]] = []
+    crons: list[Cron] = []
+    for index, text in enumerate(expressions):
+        try:
+            crons.append(parse_cron(text))
+        except ScheduleError as error:
+            errors.append({"field": f"schedule.cron[{index}]", "message": str(error)})
+    try:
+        zone = time_zone(timezone)
+    except ScheduleError as error:
+        errors.append({"field": "schedule.timezone", "message": str(error)})
+        zone = None
+    if not errors and zone is not None:
+        floor = min_interval
+        too_often = f"more often than every {_human(floor)} (SCHEDULE_MIN_INTERVAL)"
+        # All together first (the common case passes on one computation), then each alone to
+        # name the one at fault.
+        try:
+            gap = shortest_gap(crons, zone, from_year=from_year).total_seconds()
+        except ScheduleError as error:  # parse_cron refuses what never fires; if not, say so
+            errors.append({"field": "schedule.cron", "message": str(error)})
+            gap = floor
+        if gap < floor:
+            for index, cron in enumerate(crons):
+                alone = shortest_gap([cron], zone, from_year=from_year).total_seconds()
+                if alone < floor:
+                    message = f"fires {too_often}: runs can be {_human(alone)} apart"
+                    errors.append({"field": f"schedule.cron[{index}]", "message": message})
+            if not errors:
+                message = f"together they fire {too_often}: runs can be {_human(gap)} apart"
+                errors.append({"field": "schedule.cron", "message": message})
+    if errors:
+        summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
+        raise Invalid(f"the schedule is invalid: {summary}", details={"errors": errors})
+    return crons
 
 
 # --- fire times ------------------------------------------------------------------------------

@@ -12,9 +12,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from shared.errors import Invalid
 from shared.schedules import (
     Cron,
     ScheduleError,
+    check,
     fire_times_between,
     next_fire_times,
     parse_cron,
@@ -23,6 +25,10 @@ from shared.schedules import (
     zone_transitions,
 )
 
+EVERY = (
+    "@every is not supported: Argo counts the interval from the CronWorkflow's last run or "
+    "change, so its fire times cannot be known; write a cron expression such as */10 * * * *"
+)
 ZONES = (
     "UTC",
     "Europe/Berlin",
@@ -411,3 +417,63 @@ def test_transitions_are_found_to_the_second() -> None:
         (datetime(2026, 10, 25, 1, 0, tzinfo=UTC), timedelta(hours=1)),
     ]
     assert zone_transitions(ZoneInfo("UTC"), 2026, 2054) == []
+
+
+# --- a pipeline schedule's check -------------------------------------------------------------
+
+
+def errors_of(
+    expressions: list[str], zone: str = "UTC", floor: float = 300
+) -> list[dict[str, str]]:
+    with pytest.raises(Invalid) as caught:
+        check(expressions, zone, min_interval=floor, from_year=2026)
+    return list(caught.value.details["errors"])
+
+
+def test_a_schedule_at_the_floor_passes() -> None:
+    crons = check(["*/5 * * * *", "@daily"], "Europe/Helsinki", min_interval=300, from_year=2026)
+    assert [cron.text for cron in crons] == ["*/5 * * * *", "@daily"]
+
+
+def test_every_error_is_named_by_its_field_at_once() -> None:
+    assert errors_of(["0 2 * * *", "@every 1h", "0 2 * * 7"], zone="Mars/Base") == [
+        {"field": "schedule.cron[1]", "message": EVERY},
+        {"field": "schedule.cron[2]", "message": "day-of-week: '7' is outside 0-6 (Sunday is 0)"},
+        {
+            "field": "schedule.timezone",
+            "message": "'Mars/Base' is not an IANA time zone name (such as Europe/Helsinki)",
+        },
+    ]
+
+
+def test_an_expression_too_frequent_alone_is_named() -> None:
+    assert errors_of(["@hourly", "*/4 * * * *"]) == [
+        {
+            "field": "schedule.cron[1]",
+            "message": "fires more often than every 5m (SCHEDULE_MIN_INTERVAL): "
+            "runs can be 4m apart",
+        }
+    ]
+
+
+def test_expressions_too_frequent_together_name_the_list() -> None:
+    assert errors_of(["0 * * * *", "2 * * * *"]) == [
+        {
+            "field": "schedule.cron",
+            "message": "together they fire more often than every 5m (SCHEDULE_MIN_INTERVAL): "
+            "runs can be 2m apart",
+        }
+    ]
+
+
+def test_daylight_saving_counts_against_the_floor() -> None:
+    """03:59 EEST then 03:00 EET an hour... and a minute later: a night's repeated hour."""
+    assert errors_of(["0,59 3 * * *"], zone="Europe/Helsinki", floor=3000)[0]["field"] == (
+        "schedule.cron[0]"
+    )
+    check(["0,59 3 * * *"], "UTC", min_interval=3000, from_year=2026)
+
+
+def test_the_floor_is_configurable() -> None:
+    check(["*/2 * * * *"], "UTC", min_interval=120, from_year=2026)
+    assert errors_of(["0 */2 * * *"], floor=3 * 3600)[0]["message"].endswith("2h apart")
