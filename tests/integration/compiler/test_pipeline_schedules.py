@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared.runs import ClusterRef, RunSource
 from sim.argo.controller import ArgoSimulator
 from sim.kube.types import ApiError
 from tests.integration.compiler.pipeline_stack import NS, Stack, body, headers, make_stack
+from watcher.normalise import normalise
 
 CRON = "argoproj.io", "v1alpha1", "cronworkflows"
 SCHEDULE = {"cron": ["0 2 * * *"], "timezone": "Europe/Helsinki"}
@@ -227,6 +229,8 @@ async def test_the_data_controller_fires_the_schedule(stack: Stack) -> None:
     assert labels["workflows.argoproj.io/cron-workflow"] == f"p-{saved['id']}"
     assert labels["kubeopera.io/pipeline-id"] == saved["id"]
     assert labels["workflows.argoproj.io/controller-instanceid"] == "kubeopera-data"
+    record = normalise(created[0], ClusterRef("host", "host"))  # as the watcher records it
+    assert (record.source, record.pipeline_id) == (RunSource.SCHEDULE, saved["id"])
     # The CI/CD controller never takes it.
     await stack.world.host.argo.step()
     for _ in range(30):
