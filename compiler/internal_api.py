@@ -12,6 +12,9 @@ they are.
     DELETE /internal/v1/pipelines/{kind}/{id}          {tenant, actor}
     POST   /internal/v1/pipelines/{kind}/{id}/rollback {tenant, actor, version}
     POST   /internal/v1/pipelines/{kind}/{id}/run      {tenant, actor, parameters}
+    POST   /internal/v1/pipelines/{kind}/{id}/schedule         {tenant, actor}  (its state)
+    POST   /internal/v1/pipelines/{kind}/{id}/schedule/pause   {tenant, actor}
+    POST   /internal/v1/pipelines/{kind}/{id}/schedule/resume  {tenant, actor}
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any, Final, cast
 
 from aiohttp import web
 
+from compiler.automation.service import ScheduleService
 from compiler.pipelines.service import Caller, PipelineService
 from shared.errors import Invalid, NotFound
 from shared.identifiers import PIPELINE_ID, TENANT_ID
@@ -30,6 +34,7 @@ INTERNAL_KEY_HEADER: Final = "X-Internal-Key"
 PREFIX: Final = "/internal/v1/pipelines"
 MAX_BODY: Final = 1024 * 1024  # a YAML template may be 512 KiB, inside JSON
 SERVICE = web.AppKey("pipelines", PipelineService)
+SCHEDULES = web.AppKey("schedules", ScheduleService)
 
 
 def _kind(request: web.Request) -> PipelineKind:
@@ -101,7 +106,24 @@ async def run(request: web.Request) -> web.Response:
     return web.json_response(result, status=201)
 
 
-def create_app(service: PipelineService, *, internal_key: str | None) -> web.Application:
+async def schedule_state(request: web.Request) -> web.Response:
+    caller, _ = await _call(request)
+    schedules = request.app[SCHEDULES]
+    result = await schedules.state(caller, _kind(request), _pipeline_id(request))
+    return web.json_response(result)
+
+
+async def pause(request: web.Request) -> web.Response:
+    caller, _ = await _call(request)
+    paused = request.match_info["action"] == "pause"
+    schedules = request.app[SCHEDULES]
+    result = await schedules.pause(caller, _kind(request), _pipeline_id(request), paused=paused)
+    return web.json_response(result)
+
+
+def create_app(
+    service: PipelineService, *, schedules: ScheduleService, internal_key: str | None
+) -> web.Application:
     app = web.Application(
         middlewares=[
             error_middleware("compiler"),
@@ -111,10 +133,13 @@ def create_app(service: PipelineService, *, internal_key: str | None) -> web.App
     )
     app.on_response_prepare.append(request_id_header)
     app[SERVICE] = service
+    app[SCHEDULES] = schedules
     app.router.add_post(f"{PREFIX}/{{kind}}/validate", validate)
     app.router.add_post(f"{PREFIX}/{{kind}}", create)
     app.router.add_put(f"{PREFIX}/{{kind}}/{{id}}", update)
     app.router.add_delete(f"{PREFIX}/{{kind}}/{{id}}", delete)
     app.router.add_post(f"{PREFIX}/{{kind}}/{{id}}/rollback", rollback)
     app.router.add_post(f"{PREFIX}/{{kind}}/{{id}}/run", run)
+    app.router.add_post(f"{PREFIX}/{{kind}}/{{id}}/schedule", schedule_state)
+    app.router.add_post(f"{PREFIX}/{{kind}}/{{id}}/schedule/{{action:pause|resume}}", pause)
     return app

@@ -19,6 +19,7 @@ import asyncpg
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
+from compiler.automation.service import ScheduleService
 from compiler.internal_api import create_app
 from compiler.k8s_objects import KubeObjects
 from compiler.pipelines.compile import StepLimits
@@ -47,6 +48,7 @@ class Parts:
     tenants: TenantProvisioner
     service: PipelineService
     app: web.Application
+    schedules: ScheduleService
 
 
 def storage_users(settings: Settings) -> StorageUsers | None:
@@ -73,6 +75,7 @@ def limits_of(settings: Settings) -> Limits:
         ml=StepLimits.from_settings(settings, "ml"),
         artifact_bucket=settings.ARTIFACT_BUCKET or "",
         templates_kept=settings.PIPELINE_TEMPLATES_KEPT,
+        schedule_min_interval=settings.SCHEDULE_MIN_INTERVAL,
     )
 
 
@@ -96,6 +99,10 @@ def assemble(
     async def lint(namespace: str, template: Mapping[str, Any]) -> object:
         return await argo.lint_template(namespace, template)
 
+    # What a pipeline owns besides its templates, following its current version.
+    schedules = ScheduleService(
+        pool=pool, objects=objects, instance_id=settings.ARGO_DATA_INSTANCE_ID
+    )
     service = PipelineService(
         pool=pool,
         objects=objects,
@@ -103,12 +110,15 @@ def assemble(
         lint=lint,
         limits=limits_of(settings),
         instance_id=settings.ARGO_DATA_INSTANCE_ID,
+        attachments=[schedules],
     )
     key = settings.INTERNAL_API_KEY
     if key is None:
         log.warning("internal_api_key_unset", consequence="every request is refused")
-    app = create_app(service, internal_key=key.get_secret_value() if key else None)
-    return Parts(pool, host_api, tenants, service, app)
+    app = create_app(
+        service, schedules=schedules, internal_key=key.get_secret_value() if key else None
+    )
+    return Parts(pool, host_api, tenants, service, app, schedules)
 
 
 @contextlib.asynccontextmanager

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import asyncpg
+from showcase_schedules import schedules_showcase
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".run" / "demo"
@@ -494,6 +495,8 @@ async def main() -> None:
             "ARGO_DATA_INSTANCE_ID": data_argo["instance_id"],
             "LOG_JSON": "false",
             "POD_NAME": "demo",
+            # The sim runs on the wall clock: a schedule every minute shows a run soon.
+            "SCHEDULE_MIN_INTERVAL": "1m",
         }
         for name, (http_port, health_port) in DEPLOYABLES.items():
             env = {**base_env, "HEALTH_PORT": str(health_port)}
@@ -522,6 +525,7 @@ async def main() -> None:
             showcase_task,
             asyncio.create_task(pipelines_showcase()),
             asyncio.create_task(inference_showcase(url, processes)),
+            asyncio.create_task(schedules_showcase(API, TENANT_HEADERS, log)),
         ]
         while True:
             await asyncio.sleep(1)

@@ -108,6 +108,8 @@ class Settings(BaseSettings):
     REDIS_URL: str = "redis://127.0.0.1:6379/0"
     TENANT_RECONCILE_INTERVAL: Seconds = 300.0  # drift check of every tenant's provisioning
     PIPELINE_TEMPLATES_KEPT: int = Field(default=10, ge=10)  # newest templates kept per pipeline
+    # The shortest time a pipeline's schedule may leave between two runs (1 minute to 1 day).
+    SCHEDULE_MIN_INTERVAL: Annotated[Seconds, Field(ge=60, le=86400)] = 300.0
     # The chart's tenant ClusterRoles (<prefix>compiler, executor, spark, training), which the
     # compiler binds in each tenant namespace, the first to its own service account (in
     # POD_NAMESPACE). The chart sets both from its release name.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from shared.errors import Invalid
 from shared.validation import field_path
@@ -107,6 +107,29 @@ class Release(_Model):
     approval: Approval = Approval()
 
 
+ConcurrencyPolicy = Literal["Allow", "Forbid", "Replace"]
+MAX_CRON_EXPRESSIONS: Final = 10
+MAX_STARTING_DEADLINE: Final = 24 * 3600
+
+
+class Schedule(_Model):
+    """When a pipeline runs by itself: one Argo CronWorkflow (docs/pipeline-spec.md,
+    "Schedules"). Its shape is checked here; the expressions, the zone and how often it may
+    fire are checked by the compiler (``compiler.automation.schedules``), with the same 400."""
+
+    cron: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=100)]],
+        Field(min_length=1, max_length=MAX_CRON_EXPRESSIONS),
+    ]
+    timezone: Annotated[str, Field(min_length=1, max_length=64)] = "UTC"
+    concurrency_policy: ConcurrencyPolicy = "Allow"
+    # How late a run missed while Argo's controller was down may still start (none if unset).
+    starting_deadline_seconds: (
+        Annotated[StrictInt, Field(ge=0, le=MAX_STARTING_DEADLINE)] | None
+    ) = None
+    suspended: StrictBool = False
+
+
 # The parts of a body besides its definition that a version keeps (``pipeline_versions.settings``)
 # and that a pipeline's attachments (``compiler.pipelines.service.Attachment``) follow.
 SETTINGS_FIELDS: Final = ("schedule", "triggers", "notifications", "release")
@@ -119,7 +142,7 @@ class PipelineBody(_Model):
     description: Annotated[str, Field(max_length=2000)] = ""
     parameters: dict[str, ParameterValue] = {}
     definition: Definition
-    schedule: Any = None
+    schedule: Schedule | None = None
     triggers: Any = None
     notifications: Any = None
     release: Release | None = None
@@ -141,9 +164,9 @@ def parse_body(data: object, kind: PipelineKind | None = None) -> PipelineBody:
         ]
         summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
         raise Invalid(f"the pipeline is invalid: {summary}", details={"errors": errors}) from exc
-    # Schedules, event triggers and notifications become CronWorkflows, sensors and deliveries
-    # with their own issues; accepting them now would promise runs that never happen.
-    for name in ("schedule", "triggers", "notifications"):
+    # Event triggers and notifications become sensors and deliveries with their own issues;
+    # accepting them now would promise runs that never happen.
+    for name in ("triggers", "notifications"):
         if getattr(body, name) not in (None, [], {}):
             raise Invalid(
                 f"{name}: not available yet on this installation",

@@ -115,13 +115,9 @@ def source_of(
     owner_kinds: Collection[str] = (),
     template_ref: str | None = None,
 ) -> RunSource:
-    """Where a run came from; the first matching rule wins (docs/normalisation.md)."""
-    if namespace.startswith(L.DATA_NAMESPACE_PREFIX):
-        kind = labels.get(L.PIPELINE_KIND)
-        if kind == L.PIPELINE_KIND_ML:
-            return RunSource.ML_PIPELINE
-        if kind == L.PIPELINE_KIND_DATA:
-            return RunSource.PIPELINE
+    """Where a run came from; the first matching rule wins (docs/normalisation.md). What
+    started a run (its schedule, a trigger) comes before what it runs: a pipeline started by its
+    schedule is a ``schedule`` run, and still carries its pipeline's id and kind."""
     if labels.get(L.ARGO_CRON_WORKFLOW):
         return RunSource.SCHEDULE
     if (
@@ -131,6 +127,12 @@ def source_of(
         or L.SENSOR_KIND in owner_kinds
     ):
         return RunSource.EVENT_TRIGGER
+    if namespace.startswith(L.DATA_NAMESPACE_PREFIX):
+        kind = labels.get(L.PIPELINE_KIND)
+        if kind == L.PIPELINE_KIND_ML:
+            return RunSource.ML_PIPELINE
+        if kind == L.PIPELINE_KIND_DATA:
+            return RunSource.PIPELINE
     if (
         labels.get(L.SOURCE) == L.SOURCE_CICD
         or namespace == L.CICD_NAMESPACE

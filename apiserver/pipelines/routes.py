@@ -27,11 +27,16 @@ from shared import cursors
 from shared.db.pipelines import PipelineRow, VersionRow
 from shared.errors import DependencyDown, Invalid, NotFound
 from shared.identifiers import PIPELINE_ID
-from shared.pipelines import PipelineKind, parse_body
+from shared.logging import get_logger
+from shared.pipelines import PipelineKind, Schedule, parse_body
+from shared.schedules import ScheduleError, next_fire_times, parse_cron, time_zone
 from shared.web import json_body
+
+log = get_logger(__name__)
 
 MAX_BODY: Final = 1024 * 1024
 MAX_QUERY: Final = 100
+NEXT_RUNS: Final = 5  # fire times a scheduled pipeline shows
 _KINDS: Final[Mapping[str, PipelineKind]] = {"data-pipelines": "data", "ml-pipelines": "ml"}
 
 
@@ -133,11 +138,46 @@ async def list_pipelines(request: web.Request) -> web.Response:
 async def read_pipeline(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     query_params(request, set())
-    pipeline = await _visible(services, identity_of(request), request)
+    identity = identity_of(request)
+    pipeline = await _visible(services, identity, request)
     version = await services.pipelines.version(pipeline.id, pipeline.current_version)
     item = _pipeline_item(pipeline)
     item["current"] = _version_item(version) if version is not None else None
+    recorded = (version.settings if version is not None else {}).get("schedule")
+    item["schedule"] = await _schedule(request, pipeline, recorded) if recorded else None
     return web.json_response(item)
+
+
+async def _schedule(
+    request: web.Request, pipeline: PipelineRow, recorded: dict[str, Any]
+) -> dict[str, Any]:
+    """The current version's schedule, its CronWorkflow's state as the compiler reads it from
+    the cluster (``paused`` null when the compiler cannot say), and the next fire times in the
+    schedule's zone while it is neither suspended nor paused."""
+    services = request.app[SERVICES]
+    schedule = Schedule.model_validate(recorded)
+    view: dict[str, Any] = {**schedule.model_dump(mode="json"), "paused": None}
+    if services.compiler is not None:
+        body = {"tenant": pipeline.tenant, "actor": identity_of(request).actor}
+        path = f"{pipeline.kind}/{pipeline.id}/schedule"
+        try:
+            state = await services.compiler.call("POST", path, body)
+        except (DependencyDown, NotFound) as down:
+            log.warning("schedule_state_unavailable", pipeline=pipeline.id, reason=down.message)
+        else:
+            view.update({key: value for key, value in state.items() if key != "id"})
+    view["next_runs"] = []
+    if not schedule.suspended and not view["paused"]:
+        try:
+            zone = time_zone(schedule.timezone)
+            crons = [parse_cron(text) for text in schedule.cron]
+        except ScheduleError:  # checked when saved; a zone the database has since dropped
+            return view
+        view["next_runs"] = [
+            moment.isoformat()
+            for moment in next_fire_times(crons, zone, services.clock(), NEXT_RUNS)
+        ]
+    return view
 
 
 async def list_versions(request: web.Request) -> web.Response:
@@ -222,6 +262,14 @@ async def rollback(request: web.Request) -> web.Response:
     )
 
 
+async def pause(request: web.Request) -> web.Response:
+    query_params(request, set())
+    await json_body(request, required=False)
+    action = request.path.rsplit("/", 1)[1]  # pause | resume
+    path = f"{_kind(request)}/{_pipeline_id(request)}/schedule/{action}"
+    return web.json_response(await _compile(request, "POST", path, {}))
+
+
 async def run(request: web.Request) -> web.Response:
     query_params(request, set())
     body = await json_body(request, required=False)
@@ -244,6 +292,12 @@ _PIPELINE_BODY = {
         "definition": {
             "type": "object",
             "description": "{type: wizard, spec} or {type: yaml, template} (docs/api.md).",
+        },
+        "schedule": {
+            "type": "object",
+            "nullable": True,
+            "description": "{cron: [...], timezone, concurrency_policy, "
+            "starting_deadline_seconds, suspended} (docs/pipeline-spec.md, Schedules).",
         },
     },
 }
@@ -342,6 +396,20 @@ def _routes(prefix: str, what: str) -> tuple[RouteSpec, ...]:
                 "properties": {"version": {"type": "integer"}},
             },
             responses={200: "PipelineRollback", **_ERRORS},
+        ),
+        *(
+            RouteSpec(
+                "POST",
+                f"{item}/schedule/{action}",
+                pause,
+                write,
+                f"{action.capitalize()} the schedule (its CronWorkflow's suspend), audited; "
+                "a save keeps a pause. 409 when the current version has no schedule.",
+                prefix,
+                query=(_ACTING,),
+                responses={200: "PipelineSchedule", **_ERRORS},
+            )
+            for action in ("pause", "resume")
         ),
         RouteSpec(
             "POST",

@@ -27,6 +27,10 @@ A save, an update and a validate all carry the same body, parsed by ``shared.pip
    service account and the namespace's repository ConfigMap;
 6. the stages the final template contains (``release.stages_of``) are what the version records.
 
+The body's ``schedule`` is checked first (``shared.schedules.check``: expressions, zone, how
+often it fires); the CronWorkflow it becomes (``compiler.automation``) follows the current
+version once saved.
+
 Argo's own lint, the third opinion, needs the Argo server and is called by the service
 (``compiler.pipelines.service``). ``run_arguments`` checks a run's parameter overrides against
 what the version declares.
@@ -45,6 +49,7 @@ from compiler.pipelines.spec import parameter_value
 from compiler.pipelines.stamping import stamp
 from compiler.pipelines.yamldoc import parse_template_yaml
 from shared import labels as L
+from shared import schedules
 from shared.errors import Invalid
 from shared.pipelines import (
     ParameterValue,
@@ -69,6 +74,10 @@ class Target:
     # The Secrets the tenant created through workflow-manager, the only ones a template may
     # reference; data secrets do not exist yet, so none may.
     data_secrets: frozenset[str] = frozenset()
+    # A schedule may not fire more often than this (SCHEDULE_MIN_INTERVAL); its zone's
+    # daylight-saving transitions are looked at from this year on.
+    schedule_min_interval: float = 300.0
+    year: int = 2026
 
     @property
     def namespace(self) -> str:
@@ -86,6 +95,13 @@ class Rendered:
 def render(body: PipelineBody, target: Target) -> Rendered:
     """The stamped, checked template of ``body``; Invalid (400) or Refused (422) otherwise."""
     check_kind(body, target.kind)
+    if body.schedule is not None:  # before the template: a wrong schedule is a 400, not a 422
+        schedules.check(
+            body.schedule.cron,
+            body.schedule.timezone,
+            min_interval=target.schedule_min_interval,
+            from_year=target.year,
+        )
     definition = body.definition
     warnings: list[str] = []
     types: dict[str, str] = {}

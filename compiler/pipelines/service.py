@@ -25,6 +25,7 @@ import contextlib
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 import asyncpg
@@ -112,6 +113,7 @@ class Limits:
     ml: StepLimits
     artifact_bucket: str
     templates_kept: int = 10
+    schedule_min_interval: float = 300.0
 
     def step_limits(self, kind: PipelineKind) -> StepLimits:
         return self.ml if kind == L.PIPELINE_KIND_ML else self.data
@@ -153,6 +155,8 @@ class PipelineService:
             artifact_bucket=self._limits.artifact_bucket,
             # Data secrets are not available yet: a tenant has none a template may reference.
             data_secrets=frozenset(),
+            schedule_min_interval=self._limits.schedule_min_interval,
+            year=datetime.now(UTC).year,
         )
 
     async def _checked(self, body: PipelineBody, target: Target) -> Rendered:

@@ -18,6 +18,7 @@ import yaml
 
 from sim.argo import pods as podsim
 from sim.argo.archive import S3Archive
+from sim.argo.cron import CronSimulator
 from sim.argo.engine import PassOutcome, PodLaunch, PodState, WorkflowPass
 from sim.argo.lint import LintError, lint_spec
 from sim.argo.naming import (
@@ -90,6 +91,7 @@ class ArgoSimulator:
         self._gc_due: dict[Key, float] = {}
         self._runs: dict[Key, podsim.PodRun] = {}
         self._task: asyncio.Task[None] | None = None
+        self.crons = CronSimulator(store, instance_id=self.instance_id)
         self._unsubscribe = store.subscribe(self._on_event)
         items, _ = store.list(self.workflows, None, label_selector=instance_selector(instance_id))
         for workflow in items:
@@ -163,8 +165,10 @@ class ArgoSimulator:
     # -- one tick -----------------------------------------------------------------------------
 
     async def step(self) -> None:
-        """Advance every pod and every active workflow by one tick, then collect pods."""
+        """Run the CronWorkflows due, advance every pod and every active workflow by one tick,
+        then collect pods."""
         now = self.clock()
+        self.crons.step(now)
         for run in list(self._runs.values()):
             self._advance_pod(run, now)
         for key in sorted(self._active):

@@ -51,6 +51,8 @@ for _kind in ("data-pipelines", "ml-pipelines"):
         ("GET", f"{_base}/{{id}}/versions"): (f"{_item}/versions", 404),
         ("POST", f"{_base}/{{id}}/rollback"): (f"{_item}/rollback", 403),
         ("POST", f"{_base}/{{id}}/run"): (f"{_item}/run", 403),
+        ("POST", f"{_base}/{{id}}/schedule/pause"): (f"{_item}/schedule/pause", 403),
+        ("POST", f"{_base}/{{id}}/schedule/resume"): (f"{_item}/schedule/resume", 403),
     }
 
 

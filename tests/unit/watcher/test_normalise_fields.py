@@ -300,9 +300,18 @@ WFT = "workflows.argoproj.io/workflow-template"
     [
         (DATA_NS, {KIND: "data"}, [], None, RunSource.PIPELINE),
         (DATA_NS, {KIND: "ml"}, [], None, RunSource.ML_PIPELINE),
-        # Pipeline kind wins over the schedule and the trigger that started the run.
-        (DATA_NS, {KIND: "data", CRON: "nightly"}, [], "t", RunSource.PIPELINE),
-        (DATA_NS, {KIND: "ml", "kubeopera.io/trigger": "tr-1"}, [], "t", RunSource.ML_PIPELINE),
+        # What started the run (its schedule, a trigger) wins over the pipeline it runs.
+        (DATA_NS, {KIND: "data", CRON: "nightly"}, [], "t", RunSource.SCHEDULE),
+        (DATA_NS, {KIND: "ml", CRON: "nightly"}, [], "t", RunSource.SCHEDULE),
+        (DATA_NS, {KIND: "ml", "kubeopera.io/trigger": "tr-1"}, [], "t", RunSource.EVENT_TRIGGER),
+        (
+            DATA_NS,
+            {KIND: "data", "events.argoproj.io/sensor": "s"},
+            [],
+            "t",
+            RunSource.EVENT_TRIGGER,
+        ),
+        (DATA_NS, {KIND: "data"}, ["Sensor"], "t", RunSource.EVENT_TRIGGER),
         # Outside a data namespace the pipeline-kind label is ignored.
         ("analytics", {KIND: "data"}, [], None, RunSource.MANUAL),
         ("analytics", {KIND: "ml"}, [], "t", RunSource.TEMPLATE_SUBMIT),
@@ -357,6 +366,18 @@ def test_source_rules(
         source_of(namespace=namespace, labels=labels, owner_kinds=owners, template_ref=template_ref)
         == expected
     )
+
+
+def test_a_scheduled_pipeline_run_keeps_its_pipeline_columns() -> None:
+    document = load("pending_no_status")
+    document["metadata"]["namespace"] = DATA_NS
+    document["metadata"]["labels"].update(
+        {KIND: "data", "kubeopera.io/pipeline-id": "abc123", CRON: "p-abc123"}
+    )
+    record = normalise(document, CLUSTER)
+    assert record.source == RunSource.SCHEDULE
+    assert (record.pipeline_id, record.cron_workflow) == ("abc123", "p-abc123")
+    assert record.labels[KIND] == "data"
 
 
 def test_source_and_template_read_from_the_document() -> None:
