@@ -32,20 +32,7 @@ The namespace ``kubeopera-data-<tenant>`` holds:
 - the namespace's default artifact repository (``artifact-repositories``), writing under
   ``tenants/<tenant>/artifacts/`` with the tenant's own storage credentials and archiving logs.
 
-Reaching the API server: a NetworkPolicy sees the addresses packets are sent to after the
-``kubernetes`` Service has been translated (with every common CNI), so the rule must name the API
-server's own endpoints, which usually sit in a private range that the except CIDRs exclude.
-Allowing TCP 443/6443 to ``0.0.0.0/0`` would open every private address on those ports, and a
-setting would go stale when control-plane nodes change. So the addresses are not configured:
-the caller discovers them from the ``default/kubernetes`` Service and its EndpointSlice and passes
-them in (``api_server_cidrs`` x ``api_server_ports``); they are part of the spec and its hash, so
-a control plane that moves rolls out to every tenant like any other change.
-
-Reaching the tracking server: ``MLFLOW_URL`` names a host, which a NetworkPolicy cannot. A
-cluster Service name (``<service>.<namespace>.svc[...]``) becomes that namespace on the URL's
-port (the Service must expose its pods' own port, as the MLflow charts do); an IP literal becomes
-that address; any other name is an external server, reached through the egress-ports rule when
-its port is allowed and its addresses are public.
+Reaching the API server and the tracking server: ``compiler.tenants.network_policy``.
 
 Rights: the compiler binds, never grants. The ClusterRoles (``<prefix>compiler``, ``executor``,
 ``spark``, ``training``; the prefix is ``TENANT_CLUSTER_ROLE_PREFIX``) ship with the chart, and
@@ -68,7 +55,6 @@ import dataclasses
 import hashlib
 import ipaddress
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -76,6 +62,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from compiler.tenants.network_policy import egress_rules
 from shared import labels as L
 from shared import storage
 from shared.errors import ConfigError
@@ -109,9 +96,6 @@ SECRET_KEY: Final = "secretKey"
 EXECUTOR_TOKEN_SECRET: Final = f"{EXECUTOR_SERVICE_ACCOUNT}.service-account-token"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 POD_SECURITY_LEVEL: Final = "baseline"
-NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"  # set by the API server
-DNS_NAMESPACE: Final = "kube-system"
-DNS_POD_LABELS: Final = {"k8s-app": "kube-dns"}  # CoreDNS keeps kube-dns's label
 RBAC_GROUP: Final = "rbac.authorization.k8s.io"
 RBAC_VERSION: Final = f"{RBAC_GROUP}/v1"
 # The compiler's own RoleBinding in each tenant namespace, and its ClusterRole after the prefix.
@@ -133,8 +117,6 @@ DEFAULT_CPU: Final = "500m"
 DEFAULT_MEMORY: Final = "512Mi"
 DEFAULT_REQUEST_CPU: Final = "100m"
 DEFAULT_REQUEST_MEMORY: Final = "128Mi"
-
-_CLUSTER_SERVICE_HOST: Final = re.compile(r"^[a-z0-9-]+\.([a-z0-9-]+)\.svc(\.[a-z0-9.-]+)?$")
 
 
 def _cpu_at_most(value: str, ceiling: str) -> str:
@@ -446,68 +428,16 @@ def _identity_objects(tenant: str, namespace: str, spec: ProvisioningSpec) -> li
     return [*accounts, token, *bindings]
 
 
-def host_cidr(address: str) -> str:
-    """The CIDR of exactly one address ('10.0.0.1' -> '10.0.0.1/32'); ValueError otherwise."""
-    parsed = ipaddress.ip_address(address)
-    return f"{parsed}/{parsed.max_prefixlen}"
-
-
-def _tracking_peer(host: str) -> dict[str, Any] | None:
-    try:
-        return {"ipBlock": {"cidr": host_cidr(host)}}
-    except ValueError:
-        pass
-    service = _CLUSTER_SERVICE_HOST.match(host.lower())
-    if service:
-        return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: service.group(1)}}}
-    return None  # an external name: the egress-ports rule decides
-
-
-def _tcp(ports: tuple[int, ...]) -> list[dict[str, Any]]:
-    return [{"protocol": "TCP", "port": port} for port in ports]
-
-
-def _egress_blocks(except_cidrs: tuple[str, ...]) -> list[dict[str, Any]]:
-    v4 = [cidr for cidr in except_cidrs if ipaddress.ip_network(cidr).version == 4]
-    v6 = [cidr for cidr in except_cidrs if ipaddress.ip_network(cidr).version == 6]
-    blocks: list[dict[str, Any]] = [
-        {"ipBlock": {"cidr": "0.0.0.0/0", **({"except": v4} if v4 else {})}}
-    ]
-    # IPv6 is opened only when the operator has said which IPv6 ranges are private.
-    if v6:
-        blocks.append({"ipBlock": {"cidr": "::/0", "except": v6}})
-    return blocks
-
-
 def network_policy(tenant: str, namespace: str, spec: ProvisioningSpec) -> dict[str, Any]:
     """``kubeopera-egress``: what the namespace's pods may reach, and who may reach them."""
-    egress: list[dict[str, Any]] = [
-        {
-            "to": [
-                {
-                    "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: DNS_NAMESPACE}},
-                    "podSelector": {"matchLabels": dict(DNS_POD_LABELS)},
-                }
-            ],
-            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-        },
-        {"to": [{"podSelector": {}}]},
-    ]
-    if spec.api_server_cidrs:
-        egress.append(
-            {
-                "to": [{"ipBlock": {"cidr": cidr}} for cidr in spec.api_server_cidrs],
-                "ports": _tcp(spec.api_server_ports),
-            }
-        )
-    if spec.tracking_host is not None and spec.tracking_port is not None:
-        peer = _tracking_peer(spec.tracking_host)
-        if peer is not None:
-            egress.append({"to": [peer], "ports": _tcp((spec.tracking_port,))})
-    if spec.egress_ports:
-        egress.append(
-            {"to": _egress_blocks(spec.egress_except_cidrs), "ports": _tcp(spec.egress_ports)}
-        )
+    egress = egress_rules(
+        api_server_cidrs=spec.api_server_cidrs,
+        api_server_ports=spec.api_server_ports,
+        tracking_host=spec.tracking_host,
+        tracking_port=spec.tracking_port,
+        egress_ports=spec.egress_ports,
+        egress_except_cidrs=spec.egress_except_cidrs,
+    )
     return _object(
         "networking.k8s.io/v1",
         "NetworkPolicy",
