@@ -30,13 +30,18 @@ The namespace ``kubeopera-data-<tenant>`` holds:
   DNS, the namespace itself, the Kubernetes API server, the shared tracking server, and
   ``DATA_EGRESS_PORTS`` (TCP) anywhere outside ``DATA_EGRESS_EXCEPT_CIDRS``;
 - the namespace's default artifact repository (``artifact-repositories``), writing under
-  ``tenants/<tenant>/artifacts/`` with the tenant's own storage credentials and archiving logs.
+  ``tenants/<tenant>/artifacts/`` with the tenant's own storage credentials and archiving logs;
+- ``kubeopera-sensor``: the RoleBinding granting the tenant's sensor account the chart's
+  tenant-sensor ClusterRole here (create and list workflows, get templates: what Argo Events'
+  ``argoWorkflow`` trigger needs to submit). The account itself, ``kubeopera-sensor-<tenant>``,
+  lives in ``EVENTS_NAMESPACE`` beside the tenant's sensors (``compiler.automation``), one per
+  tenant, so that no sensor of one tenant can create anything in another tenant's namespace.
 
 Reaching the API server and the tracking server: ``compiler.tenants.network_policy``.
 
 Rights: the compiler binds, never grants. The ClusterRoles (``<prefix>compiler``, ``executor``,
-``spark``, ``training``; the prefix is ``TENANT_CLUSTER_ROLE_PREFIX``) ship with the chart, and
-the compiler holds the ``bind`` verb on exactly those, so Kubernetes lets it create these
+``spark``, ``training``, ``sensor``; the prefix is ``TENANT_CLUSTER_ROLE_PREFIX``) ship with the
+chart, and the compiler holds the ``bind`` verb on exactly those, so Kubernetes lets it create these
 RoleBindings without holding what they grant (it would have to hold all of it to create a Role
 or bind anything else). Cluster-wide it may only create namespaces and RoleBindings, which the
 chart's admission policy confines to ``kubeopera-data-*``. Schema 1 gave each account a Role of
@@ -80,7 +85,8 @@ if TYPE_CHECKING:
 
 # Bump when the objects built from the same spec change (see the module docstring). 2: the
 # accounts' bindings refer to the chart's tenant ClusterRoles, and the compiler binds itself.
-SPEC_SCHEMA_VERSION: Final = 2
+# 3: the tenant's sensor account and its binding.
+SPEC_SCHEMA_VERSION: Final = 3
 
 # A tenant id: a DNS label short enough that "kubeopera-data-<tenant>" is one (<= 63).
 
@@ -108,6 +114,11 @@ ACCOUNT_ROLES: Final[Mapping[str, str]] = {
     SPARK_SERVICE_ACCOUNT: "spark",
     TRAINING_SERVICE_ACCOUNT: "training",
 }
+# The tenant's sensors' account (in the events namespace), its binding here, and its role.
+SENSOR_ACCOUNT_PREFIX: Final = "kubeopera-sensor-"
+SENSOR_BINDING: Final = "kubeopera-sensor"
+SENSOR_ROLE: Final = "sensor"
+DEFAULT_EVENTS_NAMESPACE: Final = "kubeopera-pipeline-events"
 DEFAULT_CLUSTER_ROLE_PREFIX: Final = "workflow-manager-tenant-"
 DEFAULT_COMPILER_ACCOUNT: Final = "workflow-manager-compiler"
 DEFAULT_COMPILER_NAMESPACE: Final = "workflow-manager"
@@ -166,11 +177,19 @@ class ProvisioningSpec:
     cluster_role_prefix: str = DEFAULT_CLUSTER_ROLE_PREFIX
     compiler_account: str = DEFAULT_COMPILER_ACCOUNT
     compiler_namespace: str = DEFAULT_COMPILER_NAMESPACE
+    # Where the tenant's event sources, sensors and sensor account live (EVENTS_NAMESPACE).
+    events_namespace: str = DEFAULT_EVENTS_NAMESPACE
 
     def __post_init__(self) -> None:
-        if not (self.cluster_role_prefix and self.compiler_account and self.compiler_namespace):
+        if not (
+            self.cluster_role_prefix
+            and self.compiler_account
+            and self.compiler_namespace
+            and self.events_namespace
+        ):
             raise ValueError(
-                "cluster_role_prefix, compiler_account and compiler_namespace are required"
+                "cluster_role_prefix, compiler_account, compiler_namespace and events_namespace "
+                "are required"
             )
         for name in ("egress_ports", "api_server_ports"):
             ports = tuple(sorted(set(getattr(self, name))))
@@ -249,6 +268,7 @@ class ProvisioningSpec:
                 cluster_role_prefix=settings.TENANT_CLUSTER_ROLE_PREFIX,
                 compiler_account=settings.COMPILER_SERVICE_ACCOUNT,
                 compiler_namespace=settings.POD_NAMESPACE,
+                events_namespace=settings.EVENTS_NAMESPACE,
             )
         except ValueError as exc:
             raise ConfigError(
@@ -349,6 +369,31 @@ def compiler_binding(tenant: str, namespace: str, spec: ProvisioningSpec) -> dic
         account=spec.compiler_account,
         account_namespace=spec.compiler_namespace,
     )
+
+
+def sensor_account(tenant: str) -> str:
+    """The service account a tenant's sensors run as, in the events namespace."""
+    return f"{SENSOR_ACCOUNT_PREFIX}{tenant}"
+
+
+def _sensor_objects(tenant: str, namespace: str, spec: ProvisioningSpec) -> list[dict[str, Any]]:
+    """The tenant's sensor account (in the events namespace) and its binding here."""
+    account = _object(
+        "v1",
+        "ServiceAccount",
+        sensor_account(tenant),
+        tenant=tenant,
+        namespace=spec.events_namespace,
+    )
+    binding = _binding(
+        SENSOR_BINDING,
+        tenant=tenant,
+        namespace=namespace,
+        cluster_role=f"{spec.cluster_role_prefix}{SENSOR_ROLE}",
+        account=sensor_account(tenant),
+        account_namespace=spec.events_namespace,
+    )
+    return [account, binding]
 
 
 def obsolete_objects(tenant: str) -> list[tuple[str, str, str, str]]:
@@ -479,7 +524,8 @@ def tenant_objects(tenant: str, spec: ProvisioningSpec) -> list[dict[str, Any]]:
     The compiler's own binding comes next: it is what lets the compiler write the rest. The
     network policy and quota come before anything that could run a pod; each account before its
     token Secret (the token controller deletes a token whose account is missing) and its
-    binding. ValueError for a malformed tenant id.
+    binding. The sensor account is the one object outside the namespace (in the events
+    namespace). ValueError for a malformed tenant id.
     """
     namespace = tenant_namespace(tenant)
     namespace_object = _object("v1", "Namespace", namespace, tenant=tenant, namespace=None)
@@ -505,6 +551,7 @@ def tenant_objects(tenant: str, spec: ProvisioningSpec) -> list[dict[str, Any]]:
         *_resource_objects(tenant, namespace, spec),
         *_identity_objects(tenant, namespace, spec),
         repositories,
+        *_sensor_objects(tenant, namespace, spec),
     ]
 
 
