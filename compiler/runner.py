@@ -19,6 +19,7 @@ import asyncpg
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
+from compiler.automation.webhooks import EventTriggers
 from compiler.internal_api import create_app
 from compiler.k8s_objects import KubeObjects
 from compiler.pipelines.compile import StepLimits
@@ -96,6 +97,7 @@ def assemble(
     async def lint(namespace: str, template: Mapping[str, Any]) -> object:
         return await argo.lint_template(namespace, template)
 
+    events = EventTriggers.from_settings(settings, pool=pool, objects=objects)
     service = PipelineService(
         pool=pool,
         objects=objects,
@@ -103,11 +105,12 @@ def assemble(
         lint=lint,
         limits=limits_of(settings),
         instance_id=settings.ARGO_DATA_INSTANCE_ID,
+        attachments=[events],
     )
     key = settings.INTERNAL_API_KEY
     if key is None:
         log.warning("internal_api_key_unset", consequence="every request is refused")
-    app = create_app(service, internal_key=key.get_secret_value() if key else None)
+    app = create_app(service, events, internal_key=key.get_secret_value() if key else None)
     return Parts(pool, host_api, tenants, service, app)
 
 

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from shared.errors import Invalid
 from shared.event_selectors import parse_selector
+from shared.identifiers import TRIGGER_NAME_PATTERN
 from shared.validation import field_path
 
 PipelineKind = Literal["data", "ml"]
@@ -54,8 +55,6 @@ Definition = Annotated[
 ]
 
 
-# A trigger's name is a DNS label short enough for the labels, paths and keys it becomes.
-TRIGGER_NAME: Final = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
 MAX_TRIGGERS: Final = 10
 MAX_TRIGGER_PARAMETERS: Final = 32
 # Argo's rule for a parameter's name.
@@ -72,7 +71,7 @@ class WebhookTrigger(_Model):
     with its token, each ``parameters`` entry (a declared parameter -> a selector,
     ``shared.event_selectors``) taking its value from the event."""
 
-    name: Annotated[str, Field(pattern=TRIGGER_NAME)]
+    name: Annotated[str, Field(pattern=TRIGGER_NAME_PATTERN)]
     type: Literal["webhook"]
     parameters: Annotated[
         dict[
