@@ -151,7 +151,7 @@ def _check_trigger(
     path = f"{path}.template"
     template = found.mapping(trigger.get("template"), path, {"name", "conditions", "argoWorkflow"})
     condition = template.get("conditions")
-    if condition not in dependencies:
+    if not isinstance(condition, str) or condition not in dependencies:
         found.add(f"{path}.conditions", "conditions", "expected exactly one dependency's name")
     if "argoWorkflow" not in template:
         found.add(path, "trigger_type", "the only trigger is argoWorkflow")
@@ -229,7 +229,9 @@ def event_source_violations(source: object, rules: Confinement) -> list[Violatio
         port = found.mapping(entry, f"spec.service.ports[{index}]", {"port", "targetPort"})
         if not all(isinstance(port.get(key), int) for key in ("port", "targetPort")):
             found.add(f"spec.service.ports[{index}]", "shape", "expected a port and its target")
-    webhooks = found.mapping(spec.get("webhook"), "spec.webhook", set(spec.get("webhook") or {}))
+    entries = spec.get("webhook")
+    names = set(entries) if isinstance(entries, Mapping) else set()
+    webhooks = found.mapping(entries, "spec.webhook", names)
     allowed = {"port", "endpoint", "method", "authSecret", "maxPayloadSize"}
     for name, entry in webhooks.items():
         path = f"spec.webhook.{name}"

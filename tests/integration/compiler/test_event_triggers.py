@@ -130,7 +130,8 @@ async def test_a_webhook_posted_with_its_token_starts_a_run_of_the_current_versi
     assert len(hook["token"]) >= 40
     assert f"Authorization: Bearer {hook['token']}" in hook["curl"]
     assert hook["url"] in hook["curl"]
-    assert '{"object":{"key":"<file>"}}' in hook["curl"] and "X-Size: <size>" in hook["curl"]
+    assert '{"object":{"key":"<file>"}}' in hook["curl"]
+    assert "X-Size: <size>" in hook["curl"]
 
     status, text = await post_event(
         hooks, path, hook["token"], {"object": {"key": "in/a.csv"}}, **{"X-Size": "42"}
@@ -162,7 +163,8 @@ async def test_a_webhook_posted_with_its_token_starts_a_run_of_the_current_versi
     assert (await post_event(hooks, path, hook["token"], {"other": 1}))[0] == 200
     assert len(objects(hooks, "workflows", NS)) == 2
     events = hooks.world.host.events
-    assert events is not None and events.fired[-1].error is not None
+    assert events is not None
+    assert events.fired[-1].error is not None
 
     audit = await hooks.pool.fetch(
         "SELECT actor, action, outcome, parameters, detail FROM run_actions ORDER BY id"
@@ -210,7 +212,8 @@ async def test_rotating_a_token_retires_the_old_one(hooks: Stack) -> None:
         "POST", f"data-pipelines/{saved['id']}/triggers/on-upload/webhook/rotate"
     )
     assert status == 200, rotated
-    assert rotated["token"] != old["token"] and rotated["url"] == old["url"]
+    assert rotated["token"] != old["token"]
+    assert rotated["url"] == old["url"]
     assert (await webhook(hooks, saved["id"]))["token"] == rotated["token"]
     event = {"object": {"key": "x"}}
     assert (await post_event(hooks, old["path"], old["token"], event))[0] == 401
@@ -309,7 +312,8 @@ async def test_selectors_and_mappings_are_checked_at_save(
         status, answer = await hooks.call(method, path, json=pipeline(trigger))
         assert status == 400, answer
         [error] = answer["details"]["errors"]
-        assert error["field"] == field and message in error["message"], error
+        assert error["field"] == field, error
+        assert message in error["message"], error
     assert objects(hooks, "sensors") == {}
 
 
@@ -318,7 +322,8 @@ async def test_without_a_public_host_the_webhook_answers_its_token_and_path(
 ) -> None:
     saved = await created(stack)
     hook = await webhook(stack, saved["id"])
-    assert hook["url"] is None and hook["curl"] is None
+    assert hook["url"] is None
+    assert hook["curl"] is None
     assert "EVENTS_PUBLIC_HOST" in hook["warning"]
     assert objects(stack, "ingresses") == {}
     event = {"object": {"key": "k"}}
