@@ -51,6 +51,15 @@ for _kind in ("data-pipelines", "ml-pipelines"):
         ("GET", f"{_base}/{{id}}/versions"): (f"{_item}/versions", 404),
         ("POST", f"{_base}/{{id}}/rollback"): (f"{_item}/rollback", 403),
         ("POST", f"{_base}/{{id}}/run"): (f"{_item}/run", 403),
+        # A webhook's token is a credential: pipelines.write, which globex lacks here.
+        ("GET", f"{_base}/{{id}}/triggers/{{trigger}}/webhook"): (
+            f"{_item}/triggers/on-upload/webhook",
+            403,
+        ),
+        ("POST", f"{_base}/{{id}}/triggers/{{trigger}}/webhook/rotate"): (
+            f"{_item}/triggers/on-upload/webhook/rotate",
+            403,
+        ),
     }
 
 

@@ -22,7 +22,11 @@ from compiler.automation.sensor_check import (
     event_source_violations,
     sensor_violations,
 )
-from shared.pipelines import WebhookTrigger
+from compiler.automation.webhooks import triggers_of
+from compiler.pipelines.compile import StepLimits
+from compiler.pipelines.definitions import Target, render
+from shared.errors import Invalid
+from shared.pipelines import WebhookTrigger, parse_body
 from sim.events import paths
 
 EVENTS = "kubeopera-pipeline-events"
@@ -334,9 +338,64 @@ def test_a_trigger_without_parameters_submits_no_arguments(count: int) -> None:
 
 
 def test_settings_recorded_before_triggers_existed_have_none() -> None:
-    from compiler.automation.webhooks import triggers_of
-
     assert triggers_of({"triggers": None}) == []
     assert triggers_of({}) == []
     recorded: dict[str, Any] = {"triggers": [{"name": "a", "type": "webhook"}]}
     assert triggers_of(recorded) == [WebhookTrigger(name="a", type="webhook")]
+
+
+# --- on the render path: triggers map declared parameters only --------------------------------
+YAML = """
+apiVersion: argoproj.io/v1alpha1
+kind: WorkflowTemplate
+metadata: {name: t}
+spec:
+  entrypoint: main
+  arguments:
+    parameters:
+      - {name: file}
+      - {name: size, value: "10"}
+  templates:
+    - name: main
+      container: {image: alpine:3.20, command: [sh, -c, "echo {{workflow.parameters.file}}"]}
+"""
+
+
+def _render(*triggers: dict[str, Any]) -> Any:
+    body = parse_body(
+        {"name": "n", "definition": {"type": "yaml", "template": YAML}, "triggers": list(triggers)}
+    )
+    target = Target("acme", "abc123", 1, "data", StepLimits("4", "8Gi"), "bucket")
+    return render(body, target)
+
+
+def test_render_accepts_triggers_mapping_declared_parameters() -> None:
+    rendered = _render(
+        {"name": "a", "type": "webhook", "parameters": {"file": "body.f"}},
+        {"name": "b", "type": "webhook", "parameters": {"file": "body", "size": "header.n"}},
+    )
+    assert [p["name"] for p in rendered.parameters] == ["file", "size"]
+
+
+@pytest.mark.parametrize(
+    ("parameters", "errors"),
+    [
+        ({"file": "body.f", "nope": "body.n"}, [("triggers[0].parameters.nope", "not declared")]),
+        ({"size": "body.s"}, [("triggers[0].parameters.file", "required")]),
+        ({}, [("triggers[0].parameters.file", "required")]),
+        ({"other": "body"}, [
+            ("triggers[0].parameters.other", "not declared"),
+            ("triggers[0].parameters.file", "required"),
+        ]),
+    ],
+)  # fmt: skip
+def test_render_refuses_undeclared_and_unmapped_required_parameters(
+    parameters: dict[str, str], errors: list[tuple[str, str]]
+) -> None:
+    with pytest.raises(Invalid) as refused:
+        _render({"name": "a", "type": "webhook", "parameters": parameters})
+    found = [(e["field"], e["message"]) for e in refused.value.details["errors"]]
+    assert len(found) == len(errors)
+    for (field, message), (want_field, want_message) in zip(found, errors, strict=True):
+        assert field == want_field
+        assert want_message in message
