@@ -214,6 +214,10 @@ async def test_rotating_a_token_retires_the_old_one(hooks: Stack) -> None:
     assert status == 200, rotated
     assert rotated["token"] != old["token"]
     assert rotated["url"] == old["url"]
+    status, refused = await hooks.call(
+        "POST", f"data-pipelines/{saved['id']}/triggers/on-upload/webhook/rotate", json={"x": 1}
+    )
+    assert (status, refused["details"]) == (400, {"parameter": "x"})
     assert (await webhook(hooks, saved["id"]))["token"] == rotated["token"]
     event = {"object": {"key": "x"}}
     assert (await post_event(hooks, old["path"], old["token"], event))[0] == 401
