@@ -132,7 +132,7 @@ async def rotate_webhook(request: web.Request) -> web.Response:
 
 
 def create_app(
-    service: PipelineService, triggers: EventTriggers, *, internal_key: str | None
+    service: PipelineService, *, triggers: EventTriggers, internal_key: str | None
 ) -> web.Application:
     app = web.Application(
         middlewares=[

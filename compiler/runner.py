@@ -110,7 +110,7 @@ def assemble(
     key = settings.INTERNAL_API_KEY
     if key is None:
         log.warning("internal_api_key_unset", consequence="every request is refused")
-    app = create_app(service, events, internal_key=key.get_secret_value() if key else None)
+    app = create_app(service, triggers=events, internal_key=key.get_secret_value() if key else None)
     return Parts(pool, host_api, tenants, service, app)
 
 
