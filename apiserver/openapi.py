@@ -254,6 +254,18 @@ SCHEMAS: dict[str, Any] = {
             "parameters": {"type": "object", "additionalProperties": {"type": "string"}},
         },
     },
+    "Webhook": {
+        "type": "object",
+        "description": "A webhook trigger's address and token (a credential: docs/api.md).",
+        "properties": {
+            "trigger": {"type": "string"},
+            "url": {"type": "string", "nullable": True},
+            "path": {"type": "string"},
+            "token": {"type": "string"},
+            "curl": {"type": "string", "nullable": True},
+            "warning": {"type": "string"},
+        },
+    },
     "RefreshAccepted": {"type": "object", "properties": {"refresh": {"type": "string"}}},
     "EventStream": {"type": "string", "description": "text/event-stream"},
     "Text": {"type": "string"},

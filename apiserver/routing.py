@@ -98,6 +98,13 @@ PATH_PARAMS: Final[Mapping[str, Param]] = {
             example="etl",
         ),
         Param("id", "Pipeline id.", pattern=PIPELINE_ID, max_length=40, example="a1b2c3"),
+        Param(
+            "trigger",
+            "Trigger name.",
+            pattern=ids.TRIGGER_NAME_PATTERN,
+            max_length=40,
+            example="on-upload",
+        ),
     )
 }
 # The page of every keyset-paginated list (apiserver.paging holds the rule).

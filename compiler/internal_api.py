@@ -15,6 +15,11 @@ they are.
     POST   /internal/v1/pipelines/{kind}/{id}/schedule         {tenant, actor}  (its state)
     POST   /internal/v1/pipelines/{kind}/{id}/schedule/pause   {tenant, actor}
     POST   /internal/v1/pipelines/{kind}/{id}/schedule/resume  {tenant, actor}
+    POST   /internal/v1/pipelines/{kind}/{id}/triggers/{trigger}/webhook         {tenant, actor}
+    POST   /internal/v1/pipelines/{kind}/{id}/triggers/{trigger}/webhook/rotate  {tenant, actor}
+
+Reading a webhook's token is a POST like every other call here: it carries the tenant and the
+actor in its body, and it is audited.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from typing import Any, Final, cast
 from aiohttp import web
 
 from compiler.automation.service import ScheduleService
+from compiler.automation.webhooks import EventTriggers
 from compiler.pipelines.service import Caller, PipelineService
 from shared.errors import Invalid, NotFound
-from shared.identifiers import PIPELINE_ID, TENANT_ID
+from shared.identifiers import PIPELINE_ID, TENANT_ID, TRIGGER_NAME
 from shared.pipelines import PipelineKind
 from shared.web import error_middleware, json_body, key_middleware, request_id_header
 
@@ -35,6 +41,7 @@ PREFIX: Final = "/internal/v1/pipelines"
 MAX_BODY: Final = 1024 * 1024  # a YAML template may be 512 KiB, inside JSON
 SERVICE = web.AppKey("pipelines", PipelineService)
 SCHEDULES = web.AppKey("schedules", ScheduleService)
+TRIGGERS = web.AppKey("triggers", EventTriggers)
 
 
 def _kind(request: web.Request) -> PipelineKind:
@@ -49,6 +56,13 @@ def _pipeline_id(request: web.Request) -> str:
     if not PIPELINE_ID.fullmatch(pipeline_id):
         raise NotFound(f"no pipeline {pipeline_id!r}", details={"id": pipeline_id})
     return pipeline_id
+
+
+def _trigger(request: web.Request) -> str:
+    trigger = request.match_info["trigger"]
+    if not TRIGGER_NAME.fullmatch(trigger):
+        raise NotFound(f"no trigger {trigger!r}", details={"trigger": trigger})
+    return trigger
 
 
 async def _call(request: web.Request) -> tuple[Caller, dict[str, Any]]:
@@ -121,8 +135,28 @@ async def pause(request: web.Request) -> web.Response:
     return web.json_response(result)
 
 
+async def webhook(request: web.Request) -> web.Response:
+    caller, _ = await _call(request)
+    triggers = request.app[TRIGGERS]
+    result = await triggers.webhook(
+        caller, _kind(request), _pipeline_id(request), _trigger(request)
+    )
+    return web.json_response(result)
+
+
+async def rotate_webhook(request: web.Request) -> web.Response:
+    caller, _ = await _call(request)
+    triggers = request.app[TRIGGERS]
+    result = await triggers.rotate(caller, _kind(request), _pipeline_id(request), _trigger(request))
+    return web.json_response(result)
+
+
 def create_app(
-    service: PipelineService, *, schedules: ScheduleService, internal_key: str | None
+    service: PipelineService,
+    *,
+    schedules: ScheduleService,
+    triggers: EventTriggers,
+    internal_key: str | None,
 ) -> web.Application:
     app = web.Application(
         middlewares=[
@@ -134,6 +168,7 @@ def create_app(
     app.on_response_prepare.append(request_id_header)
     app[SERVICE] = service
     app[SCHEDULES] = schedules
+    app[TRIGGERS] = triggers
     app.router.add_post(f"{PREFIX}/{{kind}}/validate", validate)
     app.router.add_post(f"{PREFIX}/{{kind}}", create)
     app.router.add_put(f"{PREFIX}/{{kind}}/{{id}}", update)
@@ -142,4 +177,7 @@ def create_app(
     app.router.add_post(f"{PREFIX}/{{kind}}/{{id}}/run", run)
     app.router.add_post(f"{PREFIX}/{{kind}}/{{id}}/schedule", schedule_state)
     app.router.add_post(f"{PREFIX}/{{kind}}/{{id}}/schedule/{{action:pause|resume}}", pause)
+    webhook_path = f"{PREFIX}/{{kind}}/{{id}}/triggers/{{trigger}}/webhook"
+    app.router.add_post(webhook_path, webhook)
+    app.router.add_post(f"{webhook_path}/rotate", rotate_webhook)
     return app

@@ -48,6 +48,9 @@ KINDS: Final[Mapping[tuple[str, str], Kind]] = {
     ("argoproj.io/v1alpha1", "WorkflowTemplate"): Kind("workflowtemplates", namespaced=True),
     ("argoproj.io/v1alpha1", "Workflow"): Kind("workflows", namespaced=True),
     ("argoproj.io/v1alpha1", "CronWorkflow"): Kind("cronworkflows", namespaced=True),
+    ("argoproj.io/v1alpha1", "EventSource"): Kind("eventsources", namespaced=True),
+    ("argoproj.io/v1alpha1", "Sensor"): Kind("sensors", namespaced=True),
+    ("networking.k8s.io/v1", "Ingress"): Kind("ingresses", namespaced=True),
 }
 
 

@@ -20,6 +20,7 @@ from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
 from compiler.automation.service import ScheduleService
+from compiler.automation.webhooks import EventTriggers
 from compiler.internal_api import create_app
 from compiler.k8s_objects import KubeObjects
 from compiler.pipelines.compile import StepLimits
@@ -103,6 +104,7 @@ def assemble(
     schedules = ScheduleService(
         pool=pool, objects=objects, instance_id=settings.ARGO_DATA_INSTANCE_ID
     )
+    events = EventTriggers.from_settings(settings, pool=pool, objects=objects)
     service = PipelineService(
         pool=pool,
         objects=objects,
@@ -110,13 +112,16 @@ def assemble(
         lint=lint,
         limits=limits_of(settings),
         instance_id=settings.ARGO_DATA_INSTANCE_ID,
-        attachments=[schedules],
+        attachments=[schedules, events],
     )
     key = settings.INTERNAL_API_KEY
     if key is None:
         log.warning("internal_api_key_unset", consequence="every request is refused")
     app = create_app(
-        service, schedules=schedules, internal_key=key.get_secret_value() if key else None
+        service,
+        schedules=schedules,
+        triggers=events,
+        internal_key=key.get_secret_value() if key else None,
     )
     return Parts(pool, host_api, tenants, service, app, schedules)
 

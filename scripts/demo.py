@@ -8,7 +8,8 @@ failed run's step log and retries it, and a tenant saves a data pipeline (its na
 storage user provisioned on first use), has a hostile template refused, runs the pipeline and
 saves a second version. A model endpoint is registered through the token module, served by a
 stand-in model behind a real nginx configured as ingress-nginx renders `auth-url` (checked by
-inference_auth), and called with a valid, another deployment's and a revoked token.
+inference_auth), and called with a valid, another deployment's and a revoked token. A webhook
+trigger's event, POSTed with its token, starts a pipeline run (scripts/showcase_triggers.py).
 Ctrl-C stops everything. Logs: .run/demo/*.log.
 """
 
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import asyncpg
 from showcase_schedules import schedules_showcase
+from showcase_triggers import triggers_showcase
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".run" / "demo"
@@ -526,6 +528,7 @@ async def main() -> None:
             asyncio.create_task(pipelines_showcase()),
             asyncio.create_task(inference_showcase(url, processes)),
             asyncio.create_task(schedules_showcase(API, TENANT_HEADERS, log)),
+            asyncio.create_task(triggers_showcase(API, TENANT_HEADERS, world)),
         ]
         while True:
             await asyncio.sleep(1)

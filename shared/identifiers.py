@@ -14,6 +14,9 @@ TENANT_ID: Final = re.compile(TENANT_ID_PATTERN)
 # Pipeline ids are ours (lower-case hexadecimal today); 40 characters leave room.
 PIPELINE_ID_PATTERN: Final = r"^[a-z0-9]{1,40}$"
 PIPELINE_ID: Final = re.compile(PIPELINE_ID_PATTERN)
+# A pipeline's trigger: a DNS label short enough for the labels, paths and keys it becomes.
+TRIGGER_NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
+TRIGGER_NAME: Final = re.compile(TRIGGER_NAME_PATTERN)
 # Cluster ids are the registry's (or host-<kube-system uid>): DNS-like, case kept.
 CLUSTER_ID_PATTERN: Final = r"^[A-Za-z0-9]([-A-Za-z0-9._:]{0,251}[A-Za-z0-9])?$"
 CLUSTER_ID: Final = re.compile(CLUSTER_ID_PATTERN)

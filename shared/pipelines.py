@@ -16,9 +16,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+)
 
 from shared.errors import Invalid
+from shared.event_selectors import parse_selector
+from shared.identifiers import TRIGGER_NAME_PATTERN
 from shared.validation import field_path
 
 PipelineKind = Literal["data", "ml"]
@@ -130,6 +141,33 @@ class Schedule(_Model):
     suspended: StrictBool = False
 
 
+MAX_TRIGGERS: Final = 10
+MAX_TRIGGER_PARAMETERS: Final = 32
+# Argo's rule for a parameter's name.
+_PARAMETER_NAME: Final = r"^[-A-Za-z0-9_]{1,128}$"
+
+
+def _selector(text: str) -> str:
+    parse_selector(text)  # ValueError: pydantic names the field, triggers[0].parameters.<name>
+    return text
+
+
+class WebhookTrigger(_Model):
+    """A webhook trigger: an HTTP endpoint that starts a run of the current version when POSTed
+    with its token, each ``parameters`` entry (a declared parameter -> a selector,
+    ``shared.event_selectors``) taking its value from the event."""
+
+    name: Annotated[str, Field(pattern=TRIGGER_NAME_PATTERN)]
+    type: Literal["webhook"]
+    parameters: Annotated[
+        dict[
+            Annotated[str, Field(pattern=_PARAMETER_NAME)],
+            Annotated[str, AfterValidator(_selector)],
+        ],
+        Field(max_length=MAX_TRIGGER_PARAMETERS),
+    ] = {}
+
+
 # The parts of a body besides its definition that a version keeps (``pipeline_versions.settings``)
 # and that a pipeline's attachments (``compiler.pipelines.service.Attachment``) follow.
 SETTINGS_FIELDS: Final = ("schedule", "triggers", "notifications", "release")
@@ -143,9 +181,18 @@ class PipelineBody(_Model):
     parameters: dict[str, ParameterValue] = {}
     definition: Definition
     schedule: Schedule | None = None
-    triggers: Any = None
+    triggers: Annotated[list[WebhookTrigger], Field(max_length=MAX_TRIGGERS)] | None = None
     notifications: Any = None
     release: Release | None = None
+
+    @field_validator("triggers")
+    @classmethod
+    def _unique_trigger_names(cls, triggers: list[WebhookTrigger] | None) -> Any:
+        names = [trigger.name for trigger in triggers or []]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"trigger names must be unique: {', '.join(repeated)}")
+        return triggers
 
     def settings(self) -> dict[str, Any]:
         """What a version records of the body besides its definition, JSON-shaped."""
@@ -164,9 +211,9 @@ def parse_body(data: object, kind: PipelineKind | None = None) -> PipelineBody:
         ]
         summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
         raise Invalid(f"the pipeline is invalid: {summary}", details={"errors": errors}) from exc
-    # Event triggers and notifications become sensors and deliveries with their own issues;
-    # accepting them now would promise runs that never happen.
-    for name in ("triggers", "notifications"):
+    # Notifications become deliveries with their own issue; accepting them now would promise
+    # messages that are never sent.
+    for name in ("notifications",):
         if getattr(body, name) not in (None, [], {}):
             raise Invalid(
                 f"{name}: not available yet on this installation",

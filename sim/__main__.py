@@ -73,6 +73,8 @@ def describe(world: World, state_dir: Path) -> dict[str, Any]:
             "instance_id": world.host.data_instance_id,
             "url": f"https://{DATA_ARGO_SERVICE}.{DATA_ARGO_NAMESPACE}.svc:{ARGO_PORT}",
         },
+        # The host's Argo Events: its webhooks (what EVENTS_PUBLIC_HOST routes to in production).
+        "argo_events": {"url": world.host.events.url if world.host.events else None},
         "s3": (
             {"endpoint": world.archive.settings.endpoint, "bucket": world.archive.bucket}
             if world.archive

@@ -4,7 +4,8 @@ simulator and Argo server, a cluster registry, optional log archival and sample 
 Cluster 0 is the host: its kube-system UID is the host identity, and it is listed in the
 registry (with a null kubeconfig, like production's in-cluster identity) only when
 `host_registered`. The host runs a second Argo, as production's does for tenants' pipelines:
-a controller with the data instance ID in Strict template referencing, and its Argo server.
+a controller with the data instance ID in Strict template referencing, and its Argo server;
+and Argo Events (`sim.events`), whose webhooks listen on `SimCluster.events.url`.
 """
 
 from __future__ import annotations
@@ -31,12 +32,15 @@ from sim.argo.server import (
     DATA_INSTANCE_ID,
     ArgoServer,
 )
+from sim.events.argo_events import ArgoEventsSim
 from sim.kube.server import RunningCluster, start_cluster
 from sim.kube.store import ClusterStore
 from sim.kube.types import ApiError
 from sim.registry import ClusterRecord, RunningRegistry, start_registry
 
 __all__ = ["SimCluster", "World", "start_world", "submit_sample_workflows"]
+# EVENTS_NAMESPACE's default: where the host's Argo Events finds event sources and sensors.
+EVENTS_NAMESPACE = "kubeopera-pipeline-events"
 
 log = structlog.get_logger("sim.world")
 REGIONS = ("eu-west-1", "us-east-1", "ap-southeast-1", "eu-central-1")
@@ -58,6 +62,7 @@ class SimCluster:
     host: bool = False
     data_argo: ArgoSimulator | None = None
     data_server: ArgoServer | None = None
+    events: ArgoEventsSim | None = None  # the host's Argo Events (webhooks, sensors)
 
     @property
     def controllers(self) -> list[ArgoSimulator]:
@@ -153,6 +158,8 @@ class World:
         for cluster in self.clusters:
             for controller in cluster.controllers:
                 await controller.stop()
+            if cluster.events is not None:
+                await cluster.events.stop()
             cluster.store.close_streams()
             await cluster.running.stop()
         await self.registry.stop()
@@ -203,6 +210,9 @@ async def start_cluster_with_argo(
     cluster = SimCluster(cluster_id, name, region, running, argo, server, host=host)
     if host:
         _start_data_argo(cluster, tick=tick, archive=archive, pod_gc_delay=pod_gc_delay)
+        _ensure(store, "", "namespaces", None, {"metadata": {"name": EVENTS_NAMESPACE}})
+        cluster.events = ArgoEventsSim(store, host=bind)
+        await cluster.events.start()
     if autostart:
         for controller in cluster.controllers:
             controller.start()

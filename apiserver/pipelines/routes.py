@@ -7,7 +7,8 @@ Everything that renders, checks or applies (validate, create, update, delete, ro
 goes to the compiler's internal API with the effective tenant and the actor; a body is first
 checked here with the compiler's own model (``shared.pipelines``), so a malformed one never
 leaves the apiserver. Writing needs a tenant, so an administrator writes through
-``acting_tenant``.
+``acting_tenant``. A webhook trigger's token is read and rotated through the compiler too, with
+``pipelines.write``: it is a credential that starts runs.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from apiserver.services import SERVICES, Services
 from shared import cursors
 from shared.db.pipelines import PipelineRow, VersionRow
 from shared.errors import DependencyDown, Invalid, NotFound
-from shared.identifiers import PIPELINE_ID
+from shared.identifiers import PIPELINE_ID, TRIGGER_NAME_PATTERN
 from shared.logging import get_logger
-from shared.pipelines import PipelineKind, Schedule, parse_body
+from shared.pipelines import MAX_TRIGGERS, PipelineKind, Schedule, parse_body
 from shared.schedules import ScheduleError, next_fire_times, parse_cron, time_zone
 from shared.web import json_body
 
@@ -281,6 +282,25 @@ async def run(request: web.Request) -> web.Response:
     return web.json_response(result, status=201)
 
 
+def _trigger_path(request: web.Request, suffix: str = "") -> str:
+    trigger = request.match_info["trigger"]
+    return f"{_kind(request)}/{_pipeline_id(request)}/triggers/{trigger}/webhook{suffix}"
+
+
+async def webhook(request: web.Request) -> web.Response:
+    query_params(request, set())
+    return web.json_response(await _compile(request, "POST", _trigger_path(request), {}))
+
+
+async def rotate_webhook(request: web.Request) -> web.Response:
+    query_params(request, set())
+    unknown = sorted(await json_body(request, required=False))
+    if unknown:
+        raise Invalid(f"{unknown[0]}: unknown field", details={"parameter": unknown[0]})
+    path = _trigger_path(request, "/rotate")
+    return web.json_response(await _compile(request, "POST", path, {}))
+
+
 _ACTING = Param("acting_tenant", "An administrator acting for this tenant.")
 _PIPELINE_BODY = {
     "type": "object",
@@ -298,6 +318,25 @@ _PIPELINE_BODY = {
             "nullable": True,
             "description": "{cron: [...], timezone, concurrency_policy, "
             "starting_deadline_seconds, suspended} (docs/pipeline-spec.md, Schedules).",
+        },
+        "triggers": {
+            "type": "array",
+            "nullable": True,
+            "maxItems": MAX_TRIGGERS,
+            "description": "Webhook triggers (docs/pipeline-spec.md, Triggers).",
+            "items": {
+                "type": "object",
+                "required": ["name", "type"],
+                "properties": {
+                    "name": {"type": "string", "pattern": TRIGGER_NAME_PATTERN},
+                    "type": {"type": "string", "enum": ["webhook"]},
+                    "parameters": {
+                        "type": "object",
+                        "description": "Declared parameter -> selector (body.a.b, header.X-Id).",
+                        "additionalProperties": {"type": "string"},
+                    },
+                },
+            },
         },
     },
 }
@@ -421,6 +460,27 @@ def _routes(prefix: str, what: str) -> tuple[RouteSpec, ...]:
             query=(_ACTING,),
             body={"type": "object", "properties": {"parameters": {"type": "object"}}},
             responses={201: "PipelineRun", **_ERRORS},
+        ),
+        # A webhook's token is a credential that starts runs: reading it needs pipelines.write.
+        RouteSpec(
+            "GET",
+            f"{item}/triggers/{{trigger}}/webhook",
+            webhook,
+            write,
+            "A webhook trigger's URL, token and an example curl (audited).",
+            prefix,
+            query=(_ACTING,),
+            responses={200: "Webhook", **_ERRORS},
+        ),
+        RouteSpec(
+            "POST",
+            f"{item}/triggers/{{trigger}}/webhook/rotate",
+            rotate_webhook,
+            write,
+            "A new token for a webhook trigger; the old one stops working (audited).",
+            prefix,
+            query=(_ACTING,),
+            responses={200: "Webhook", **_ERRORS},
         ),
     )
 

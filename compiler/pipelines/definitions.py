@@ -30,6 +30,17 @@ A save, an update and a validate all carry the same body, parsed by ``shared.pip
 The body's ``schedule`` is checked first (``shared.schedules.check``: expressions, zone, how
 often it fires); the CronWorkflow it becomes (``compiler.automation``) follows the current
 version once saved.
+7. each trigger's parameters must be parameters the template declares, and every declared
+   parameter without a default must be mapped (400 naming ``triggers[i].parameters.<name>``).
+4. the allowlist (``compiler.pipelines.allowlist``) and Argo's schema
+   (``compiler.pipelines.argo_schema``) judge the stamped document together, so a refusal lists
+   every violation of both at once (422). The allowlist judges it against the target: the tenant,
+   the kind, the largest step and the tenant's data secrets. Whatever the platform must add that a
+   tenant may not write (a reference to one of its own Secrets) would come after this step; nothing
+   does today: the executor's token and the artifact repository's credentials are found by Argo at
+   run time, through the executor's service account and the namespace's repository ConfigMap;
+5. each trigger's parameters must be parameters the template declares, and every declared
+   parameter without a default must be mapped (400 naming ``triggers[i].parameters.<name>``).
 
 Argo's own lint, the third opinion, needs the Argo server and is called by the service
 (``compiler.pipelines.service``). ``run_arguments`` checks a run's parameter overrides against
@@ -55,6 +66,7 @@ from shared.pipelines import (
     ParameterValue,
     PipelineBody,
     PipelineKind,
+    WebhookTrigger,
     WizardDefinition,
     YamlDefinition,
     check_kind,
@@ -152,9 +164,34 @@ def render(body: PipelineBody, target: Target) -> Rendered:
             release.append_stages(stamped, body.release)
         violations += argo_schema.schema_violations(stamped)
     allowlist.raise_if_refused(violations)
-    return Rendered(
-        stamped, declared_parameters(stamped, types), warnings, release.stages_of(stamped)
-    )
+    declared = declared_parameters(stamped, types)
+    _check_trigger_parameters(body.triggers or [], declared)
+    return Rendered(stamped, declared, warnings, release.stages_of(stamped))
+
+
+def _check_trigger_parameters(
+    triggers: Sequence[WebhookTrigger], declared: Sequence[Mapping[str, Any]]
+) -> None:
+    """Event fields map onto declared parameters only, and every parameter without a default is
+    mapped: an event can then never start a run Argo would refuse for a missing value. (Values
+    arrive as text: a declared type or enum is Argo's to enforce when the run starts.)"""
+    by_name = {str(item["name"]): item for item in declared}
+    errors = []
+    for index, trigger in enumerate(triggers):
+        where = f"triggers[{index}].parameters"
+        for name in trigger.parameters:
+            if name not in by_name:
+                errors.append(
+                    {"field": f"{where}.{name}", "message": "not declared by the pipeline"}
+                )
+        for name, item in by_name.items():
+            if "default" not in item and name not in trigger.parameters:
+                errors.append(
+                    {"field": f"{where}.{name}", "message": "required (no default): map it"}
+                )
+    if errors:
+        summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
+        raise Invalid(f"the pipeline's triggers are invalid: {summary}", details={"errors": errors})
 
 
 def _kind_violations(document: Mapping[str, Any]) -> list[allowlist.Violation]:

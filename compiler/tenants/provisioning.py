@@ -30,26 +30,18 @@ The namespace ``kubeopera-data-<tenant>`` holds:
   DNS, the namespace itself, the Kubernetes API server, the shared tracking server, and
   ``DATA_EGRESS_PORTS`` (TCP) anywhere outside ``DATA_EGRESS_EXCEPT_CIDRS``;
 - the namespace's default artifact repository (``artifact-repositories``), writing under
-  ``tenants/<tenant>/artifacts/`` with the tenant's own storage credentials and archiving logs.
+  ``tenants/<tenant>/artifacts/`` with the tenant's own storage credentials and archiving logs;
+- ``kubeopera-sensor``: the RoleBinding granting the tenant's sensor account the chart's
+  tenant-sensor ClusterRole here (create and list workflows, get templates: what Argo Events'
+  ``argoWorkflow`` trigger needs to submit). The account itself, ``kubeopera-sensor-<tenant>``,
+  lives in ``EVENTS_NAMESPACE`` beside the tenant's sensors (``compiler.automation``), one per
+  tenant, so that no sensor of one tenant can create anything in another tenant's namespace.
 
-Reaching the API server: a NetworkPolicy sees the addresses packets are sent to after the
-``kubernetes`` Service has been translated (with every common CNI), so the rule must name the API
-server's own endpoints, which usually sit in a private range that the except CIDRs exclude.
-Allowing TCP 443/6443 to ``0.0.0.0/0`` would open every private address on those ports, and a
-setting would go stale when control-plane nodes change. So the addresses are not configured:
-the caller discovers them from the ``default/kubernetes`` Service and its EndpointSlice and passes
-them in (``api_server_cidrs`` x ``api_server_ports``); they are part of the spec and its hash, so
-a control plane that moves rolls out to every tenant like any other change.
-
-Reaching the tracking server: ``MLFLOW_URL`` names a host, which a NetworkPolicy cannot. A
-cluster Service name (``<service>.<namespace>.svc[...]``) becomes that namespace on the URL's
-port (the Service must expose its pods' own port, as the MLflow charts do); an IP literal becomes
-that address; any other name is an external server, reached through the egress-ports rule when
-its port is allowed and its addresses are public.
+Reaching the API server and the tracking server: ``compiler.tenants.network_policy``.
 
 Rights: the compiler binds, never grants. The ClusterRoles (``<prefix>compiler``, ``executor``,
-``spark``, ``training``; the prefix is ``TENANT_CLUSTER_ROLE_PREFIX``) ship with the chart, and
-the compiler holds the ``bind`` verb on exactly those, so Kubernetes lets it create these
+``spark``, ``training``, ``sensor``; the prefix is ``TENANT_CLUSTER_ROLE_PREFIX``) ship with the
+chart, and the compiler holds the ``bind`` verb on exactly those, so Kubernetes lets it create these
 RoleBindings without holding what they grant (it would have to hold all of it to create a Role
 or bind anything else). Cluster-wide it may only create namespaces and RoleBindings, which the
 chart's admission policy confines to ``kubeopera-data-*``. Schema 1 gave each account a Role of
@@ -68,7 +60,6 @@ import dataclasses
 import hashlib
 import ipaddress
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -76,6 +67,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from compiler.tenants.network_policy import egress_rules
 from shared import labels as L
 from shared import storage
 from shared.errors import ConfigError
@@ -93,7 +85,8 @@ if TYPE_CHECKING:
 
 # Bump when the objects built from the same spec change (see the module docstring). 2: the
 # accounts' bindings refer to the chart's tenant ClusterRoles, and the compiler binds itself.
-SPEC_SCHEMA_VERSION: Final = 2
+# 3: the tenant's sensor account and its binding.
+SPEC_SCHEMA_VERSION: Final = 3
 
 # A tenant id: a DNS label short enough that "kubeopera-data-<tenant>" is one (<= 63).
 
@@ -109,9 +102,6 @@ SECRET_KEY: Final = "secretKey"
 EXECUTOR_TOKEN_SECRET: Final = f"{EXECUTOR_SERVICE_ACCOUNT}.service-account-token"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 POD_SECURITY_LEVEL: Final = "baseline"
-NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"  # set by the API server
-DNS_NAMESPACE: Final = "kube-system"
-DNS_POD_LABELS: Final = {"k8s-app": "kube-dns"}  # CoreDNS keeps kube-dns's label
 RBAC_GROUP: Final = "rbac.authorization.k8s.io"
 RBAC_VERSION: Final = f"{RBAC_GROUP}/v1"
 # The compiler's own RoleBinding in each tenant namespace, and its ClusterRole after the prefix.
@@ -124,6 +114,11 @@ ACCOUNT_ROLES: Final[Mapping[str, str]] = {
     SPARK_SERVICE_ACCOUNT: "spark",
     TRAINING_SERVICE_ACCOUNT: "training",
 }
+# The tenant's sensors' account (in the events namespace), its binding here, and its role.
+SENSOR_ACCOUNT_PREFIX: Final = "kubeopera-sensor-"
+SENSOR_BINDING: Final = "kubeopera-sensor"
+SENSOR_ROLE: Final = "sensor"
+DEFAULT_EVENTS_NAMESPACE: Final = "kubeopera-pipeline-events"
 DEFAULT_CLUSTER_ROLE_PREFIX: Final = "workflow-manager-tenant-"
 DEFAULT_COMPILER_ACCOUNT: Final = "workflow-manager-compiler"
 DEFAULT_COMPILER_NAMESPACE: Final = "workflow-manager"
@@ -133,8 +128,6 @@ DEFAULT_CPU: Final = "500m"
 DEFAULT_MEMORY: Final = "512Mi"
 DEFAULT_REQUEST_CPU: Final = "100m"
 DEFAULT_REQUEST_MEMORY: Final = "128Mi"
-
-_CLUSTER_SERVICE_HOST: Final = re.compile(r"^[a-z0-9-]+\.([a-z0-9-]+)\.svc(\.[a-z0-9.-]+)?$")
 
 
 def _cpu_at_most(value: str, ceiling: str) -> str:
@@ -184,11 +177,19 @@ class ProvisioningSpec:
     cluster_role_prefix: str = DEFAULT_CLUSTER_ROLE_PREFIX
     compiler_account: str = DEFAULT_COMPILER_ACCOUNT
     compiler_namespace: str = DEFAULT_COMPILER_NAMESPACE
+    # Where the tenant's event sources, sensors and sensor account live (EVENTS_NAMESPACE).
+    events_namespace: str = DEFAULT_EVENTS_NAMESPACE
 
     def __post_init__(self) -> None:
-        if not (self.cluster_role_prefix and self.compiler_account and self.compiler_namespace):
+        if not (
+            self.cluster_role_prefix
+            and self.compiler_account
+            and self.compiler_namespace
+            and self.events_namespace
+        ):
             raise ValueError(
-                "cluster_role_prefix, compiler_account and compiler_namespace are required"
+                "cluster_role_prefix, compiler_account, compiler_namespace and events_namespace "
+                "are required"
             )
         for name in ("egress_ports", "api_server_ports"):
             ports = tuple(sorted(set(getattr(self, name))))
@@ -267,6 +268,7 @@ class ProvisioningSpec:
                 cluster_role_prefix=settings.TENANT_CLUSTER_ROLE_PREFIX,
                 compiler_account=settings.COMPILER_SERVICE_ACCOUNT,
                 compiler_namespace=settings.POD_NAMESPACE,
+                events_namespace=settings.EVENTS_NAMESPACE,
             )
         except ValueError as exc:
             raise ConfigError(
@@ -369,6 +371,31 @@ def compiler_binding(tenant: str, namespace: str, spec: ProvisioningSpec) -> dic
     )
 
 
+def sensor_account(tenant: str) -> str:
+    """The service account a tenant's sensors run as, in the events namespace."""
+    return f"{SENSOR_ACCOUNT_PREFIX}{tenant}"
+
+
+def _sensor_objects(tenant: str, namespace: str, spec: ProvisioningSpec) -> list[dict[str, Any]]:
+    """The tenant's sensor account (in the events namespace) and its binding here."""
+    account = _object(
+        "v1",
+        "ServiceAccount",
+        sensor_account(tenant),
+        tenant=tenant,
+        namespace=spec.events_namespace,
+    )
+    binding = _binding(
+        SENSOR_BINDING,
+        tenant=tenant,
+        namespace=namespace,
+        cluster_role=f"{spec.cluster_role_prefix}{SENSOR_ROLE}",
+        account=sensor_account(tenant),
+        account_namespace=spec.events_namespace,
+    )
+    return [account, binding]
+
+
 def obsolete_objects(tenant: str) -> list[tuple[str, str, str, str]]:
     """(apiVersion, kind, namespace, name) of what an earlier schema created in a tenant's
     namespace and nothing creates any more: the accounts' own Roles of schema 1."""
@@ -446,68 +473,16 @@ def _identity_objects(tenant: str, namespace: str, spec: ProvisioningSpec) -> li
     return [*accounts, token, *bindings]
 
 
-def host_cidr(address: str) -> str:
-    """The CIDR of exactly one address ('10.0.0.1' -> '10.0.0.1/32'); ValueError otherwise."""
-    parsed = ipaddress.ip_address(address)
-    return f"{parsed}/{parsed.max_prefixlen}"
-
-
-def _tracking_peer(host: str) -> dict[str, Any] | None:
-    try:
-        return {"ipBlock": {"cidr": host_cidr(host)}}
-    except ValueError:
-        pass
-    service = _CLUSTER_SERVICE_HOST.match(host.lower())
-    if service:
-        return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: service.group(1)}}}
-    return None  # an external name: the egress-ports rule decides
-
-
-def _tcp(ports: tuple[int, ...]) -> list[dict[str, Any]]:
-    return [{"protocol": "TCP", "port": port} for port in ports]
-
-
-def _egress_blocks(except_cidrs: tuple[str, ...]) -> list[dict[str, Any]]:
-    v4 = [cidr for cidr in except_cidrs if ipaddress.ip_network(cidr).version == 4]
-    v6 = [cidr for cidr in except_cidrs if ipaddress.ip_network(cidr).version == 6]
-    blocks: list[dict[str, Any]] = [
-        {"ipBlock": {"cidr": "0.0.0.0/0", **({"except": v4} if v4 else {})}}
-    ]
-    # IPv6 is opened only when the operator has said which IPv6 ranges are private.
-    if v6:
-        blocks.append({"ipBlock": {"cidr": "::/0", "except": v6}})
-    return blocks
-
-
 def network_policy(tenant: str, namespace: str, spec: ProvisioningSpec) -> dict[str, Any]:
     """``kubeopera-egress``: what the namespace's pods may reach, and who may reach them."""
-    egress: list[dict[str, Any]] = [
-        {
-            "to": [
-                {
-                    "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: DNS_NAMESPACE}},
-                    "podSelector": {"matchLabels": dict(DNS_POD_LABELS)},
-                }
-            ],
-            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-        },
-        {"to": [{"podSelector": {}}]},
-    ]
-    if spec.api_server_cidrs:
-        egress.append(
-            {
-                "to": [{"ipBlock": {"cidr": cidr}} for cidr in spec.api_server_cidrs],
-                "ports": _tcp(spec.api_server_ports),
-            }
-        )
-    if spec.tracking_host is not None and spec.tracking_port is not None:
-        peer = _tracking_peer(spec.tracking_host)
-        if peer is not None:
-            egress.append({"to": [peer], "ports": _tcp((spec.tracking_port,))})
-    if spec.egress_ports:
-        egress.append(
-            {"to": _egress_blocks(spec.egress_except_cidrs), "ports": _tcp(spec.egress_ports)}
-        )
+    egress = egress_rules(
+        api_server_cidrs=spec.api_server_cidrs,
+        api_server_ports=spec.api_server_ports,
+        tracking_host=spec.tracking_host,
+        tracking_port=spec.tracking_port,
+        egress_ports=spec.egress_ports,
+        egress_except_cidrs=spec.egress_except_cidrs,
+    )
     return _object(
         "networking.k8s.io/v1",
         "NetworkPolicy",
@@ -549,7 +524,8 @@ def tenant_objects(tenant: str, spec: ProvisioningSpec) -> list[dict[str, Any]]:
     The compiler's own binding comes next: it is what lets the compiler write the rest. The
     network policy and quota come before anything that could run a pod; each account before its
     token Secret (the token controller deletes a token whose account is missing) and its
-    binding. ValueError for a malformed tenant id.
+    binding. The sensor account is the one object outside the namespace (in the events
+    namespace). ValueError for a malformed tenant id.
     """
     namespace = tenant_namespace(tenant)
     namespace_object = _object("v1", "Namespace", namespace, tenant=tenant, namespace=None)
@@ -575,6 +551,7 @@ def tenant_objects(tenant: str, spec: ProvisioningSpec) -> list[dict[str, Any]]:
         *_resource_objects(tenant, namespace, spec),
         *_identity_objects(tenant, namespace, spec),
         repositories,
+        *_sensor_objects(tenant, namespace, spec),
     ]
 
 

@@ -28,10 +28,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, TypeVar
 
 from compiler.k8s_objects import KubeObjects
+from compiler.tenants.network_policy import host_cidr
 from compiler.tenants.provisioning import (
     COMPILER_BINDING,
     ProvisioningSpec,
-    host_cidr,
     obsolete_objects,
     spec_hash,
     tenant_namespace,

@@ -53,6 +53,15 @@ for _kind in ("data-pipelines", "ml-pipelines"):
         ("POST", f"{_base}/{{id}}/run"): (f"{_item}/run", 403),
         ("POST", f"{_base}/{{id}}/schedule/pause"): (f"{_item}/schedule/pause", 403),
         ("POST", f"{_base}/{{id}}/schedule/resume"): (f"{_item}/schedule/resume", 403),
+        # A webhook's token is a credential: pipelines.write, which globex lacks here.
+        ("GET", f"{_base}/{{id}}/triggers/{{trigger}}/webhook"): (
+            f"{_item}/triggers/on-upload/webhook",
+            403,
+        ),
+        ("POST", f"{_base}/{{id}}/triggers/{{trigger}}/webhook/rotate"): (
+            f"{_item}/triggers/on-upload/webhook/rotate",
+            403,
+        ),
     }
 
 

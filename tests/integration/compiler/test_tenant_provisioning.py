@@ -53,6 +53,9 @@ def rtype(cluster: RunningCluster, api_version: str, plural: str) -> ResourceTyp
 @pytest.fixture
 async def cluster() -> AsyncIterator[RunningCluster]:
     running = await start_cluster("provisioning-test")
+    # The chart creates the events namespace, where each tenant's sensor account goes.
+    namespaces = running.store.resolve("", "v1", "namespaces")
+    running.store.create(namespaces, None, {"metadata": {"name": SPEC.events_namespace}})
     try:
         yield running
     finally:

@@ -69,6 +69,9 @@ class Rig:
 @pytest.fixture
 async def rig(db: asyncpg.Pool, settings_factory: Any, moto_endpoint: str) -> AsyncIterator[Rig]:
     cluster = await start_cluster("tenants-test")
+    # The chart creates the events namespace, where each tenant's sensor account goes.
+    namespaces = cluster.store.resolve("", "v1", "namespaces")
+    cluster.store.create(namespaces, None, {"metadata": {"name": "kubeopera-pipeline-events"}})
     api = await client_from_kubeconfig(cluster.kubeconfig)
     settings = settings_factory(
         ARTIFACT_BUCKET=BUCKET,

@@ -21,6 +21,10 @@ KINDS = {
     "networkpolicies": ("networking.k8s.io", "v1", "NetworkPolicy"),
     "workflowtemplates": ("argoproj.io", "v1alpha1", "WorkflowTemplate"),
     "leases": ("coordination.k8s.io", "v1", "Lease"),
+    "eventsources": ("argoproj.io", "v1alpha1", "EventSource"),
+    "sensors": ("argoproj.io", "v1alpha1", "Sensor"),
+    "serviceaccounts": ("", "v1", "ServiceAccount"),
+    "ingresses": ("networking.k8s.io", "v1", "Ingress"),
     "namespaces": ("", "v1", "Namespace"),
     "clusterrolebindings": ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
 }
@@ -95,6 +99,32 @@ def test_the_compiler_writes_nowhere_else(
     req, obj, old = write(COMPILER, operation, resource, namespace)
     (denial,) = admission.review(req, obj=obj, old=old)
     assert denial == f"wm-compiler may write only in kubeopera-data-* namespaces, not {namespace}"
+
+
+EVENTS = "kubeopera-pipeline-events"
+
+
+@pytest.mark.parametrize(
+    "resource", ["eventsources", "sensors", "secrets", "serviceaccounts", "ingresses"]
+)
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE", "DELETE"])
+def test_the_compiler_writes_its_event_objects_in_the_events_namespace(
+    admission: Admission, resource: str, operation: str
+) -> None:
+    assert admitted(admission, COMPILER, operation, resource, EVENTS)
+    for namespace in ("default", "kube-system", "kubeopera-pipeline-eventsx"):
+        assert not admitted(admission, COMPILER, operation, resource, namespace)
+
+
+@pytest.mark.parametrize(
+    "resource", ["pods", "rolebindings", "configmaps", "workflowtemplates", "services"]
+)
+def test_and_nothing_else_there(admission: Admission, resource: str) -> None:
+    for operation in ("CREATE", "UPDATE", "DELETE"):
+        assert not admitted(admission, COMPILER, operation, resource, EVENTS)
+    assert not admitted(admission, COMPILER, "UPDATE", "sensors", EVENTS, sub_resource="status")
+    # and stagectl, confined elsewhere, gets nothing there
+    assert not admitted(admission, STAGECTL, "CREATE", "sensors", EVENTS)
 
 
 def test_nor_through_a_subresource(admission: Admission) -> None:

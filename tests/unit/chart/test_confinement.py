@@ -21,8 +21,9 @@ from tests.unit.chart._render import COMPILER, RELEASE_NAMESPACE, rendered
 from tests.unit.chart.test_rbac import plural, spec
 
 DATA = "kubeopera-data-acme"
+EVENTS = "kubeopera-pipeline-events"
 OUTSIDE = ["default", "kube-system", RELEASE_NAMESPACE, "kubeopera-serve-acme", "argo"]
-NAMESPACES = [*OUTSIDE, DATA]
+NAMESPACES = [*OUTSIDE, EVENTS, DATA]
 # Roles a real cluster has besides the chart's: a wildcard one, and a narrow one.
 BUILT_IN = [
     {
@@ -140,6 +141,7 @@ def test_within_a_tenant_namespace_it_gains_only_the_tenant_roles(admission: Adm
         "wm-tenant-executor",
         "wm-tenant-spark",
         "wm-tenant-training",
+        "wm-tenant-sensor",
     }
     assert {namespace for namespace, _ in gained} == {DATA}
     assert creates(world, admission, "pods", DATA)
@@ -161,3 +163,16 @@ def test_every_write_of_provisioning_is_admitted(admission: Admission) -> None:
     for obj in tenant_objects("acme", spec()):
         req, body = admission_of(COMPILER, obj)
         assert admission.admits(req, obj=body), obj["kind"]
+
+
+def test_in_the_events_namespace_it_gains_nothing(admission: Admission) -> None:
+    """Its event objects' Secrets it reads by name; it can neither list them nor bind itself
+    anything there, nor create a pod."""
+    world = reachable(chart_world(), admission, COMPILER)
+    assert world.allows(COMPILER, Request("get", "", "secrets", EVENTS, "p-1-webhooks"))
+    for verb in ("list", "watch"):
+        assert not world.allows(COMPILER, Request(verb, "", "secrets", EVENTS))
+    for resource in ("pods", "rolebindings"):
+        assert not creates(world, admission, resource, EVENTS)
+    gained = [b for b in world.bindings if b["metadata"]["name"].startswith("gain-")]
+    assert not any(b["metadata"]["namespace"] == EVENTS for b in gained)

@@ -25,6 +25,7 @@ from tests.unit.chart._rbac import RBAC_GROUP, Account, Rbac, Request, binding
 from tests.unit.chart._render import COMPILER, RELEASE, compiler_env, rendered
 
 TENANT = "acme"
+EVENTS = "kubeopera-pipeline-events"
 DATA = "kubeopera-data-acme"
 OTHER_DATA = "kubeopera-data-globex"
 ELSEWHERE = ["default", "kube-system", "workflow-manager", "kubeopera-serve-acme", "argo"]
@@ -147,7 +148,7 @@ def test_the_compiler_creates_no_role_and_binds_no_other_role() -> None:
     )
     for role in ("cluster-admin", f"{RELEASE}-apiserver", f"{RELEASE}-watcher"):
         assert not world.may_bind(COMPILER, binding(DATA, "x", cluster_role=role, who=COMPILER))
-    for role in ("compiler", "executor", "spark", "training"):
+    for role in ("compiler", "executor", "spark", "training", "sensor"):
         tenant_role = f"{RELEASE}-tenant-{role}"
         assert world.may_bind(COMPILER, binding(DATA, "x", cluster_role=tenant_role, who=COMPILER))
     roles = binding(DATA, "x", cluster_role="anything", who=COMPILER, kind="Role")
@@ -168,7 +169,8 @@ def test_cluster_wide_the_compiler_holds_namespaces_bindings_and_bind_only() -> 
     (bind,) = [rule for rule in rules if rule["resources"] == ["clusterroles"]]
     assert bind["verbs"] == ["bind"]
     assert sorted(bind["resourceNames"]) == [
-        f"{RELEASE}-tenant-{role}" for role in ("compiler", "executor", "spark", "training")
+        f"{RELEASE}-tenant-{role}"
+        for role in ("compiler", "executor", "sensor", "spark", "training")
     ]
 
 
@@ -236,3 +238,55 @@ def test_the_workload_account_gets_nothing() -> None:
     world = provisioned()
     workload = Account(DATA, "kubeopera-workload")
     assert list(world.rules_for(workload, DATA)) == []
+
+
+# --- event triggers ---------------------------------------------------------------------------
+EVENT_OBJECTS = [
+    ("argoproj.io", "eventsources"),
+    ("argoproj.io", "sensors"),
+    ("", "secrets"),
+    ("networking.k8s.io", "ingresses"),
+]
+
+
+def test_in_the_events_namespace_the_compiler_keeps_its_event_objects_by_name() -> None:
+    world = provisioned()
+    for group, resource in EVENT_OBJECTS:
+        for verb in ("get", "create", "update", "delete"):
+            name = None if verb == "create" else "p-1"
+            assert world.allows(COMPILER, Request(verb, group, resource, EVENTS, name)), resource
+        for verb in ("list", "watch"):  # read back by name only: no other Secret is read
+            assert not world.allows(COMPILER, Request(verb, group, resource, EVENTS))
+    for group, resource in EVENT_OBJECTS:  # and nowhere else
+        for namespace in (*ELSEWHERE, OTHER_DATA):
+            assert not world.allows(COMPILER, Request("create", group, resource, namespace))
+    for verb in (*READS, *WRITES):
+        assert not world.allows(COMPILER, Request(verb, "", "pods", EVENTS))
+    assert not world.allows(COMPILER, Request("create", RBAC_GROUP, "roles", EVENTS))
+
+
+def sensor_of(tenant: str) -> Account:
+    return Account(EVENTS, f"kubeopera-sensor-{tenant}")
+
+
+def test_a_tenants_sensors_may_only_submit_workflows_in_its_namespace() -> None:
+    world = provisioned().with_objects(tenant_objects("globex", spec()))
+    sensor = sensor_of(TENANT)
+    assert world.allows(sensor, Request("create", "argoproj.io", "workflows", DATA))
+    assert world.allows(sensor, Request("list", "argoproj.io", "workflows", DATA))
+    assert world.allows(sensor, Request("get", "argoproj.io", "workflowtemplates", DATA, "p-v1"))
+    for verb in ("get", "update", "patch", "delete", "watch"):
+        assert not world.allows(sensor, Request(verb, "argoproj.io", "workflows", DATA, "w"))
+    for verb in WRITES:
+        assert not world.allows(sensor, Request(verb, "argoproj.io", "workflowtemplates", DATA))
+        assert not world.allows(sensor, Request(verb, "", "pods", DATA))
+    assert not world.allows(sensor, Request("get", "", "secrets", DATA, EXECUTOR_TOKEN_SECRET))
+    # Not in another tenant's namespace, nor its own events namespace, nor anywhere else.
+    for namespace in (OTHER_DATA, EVENTS, *ELSEWHERE):
+        assert not world.allows(sensor, Request("create", "argoproj.io", "workflows", namespace))
+    assert world.allows(
+        sensor_of("globex"), Request("create", "argoproj.io", "workflows", OTHER_DATA)
+    )
+    assert not world.allows(
+        sensor_of("globex"), Request("create", "argoproj.io", "workflows", DATA)
+    )

@@ -61,6 +61,8 @@ def test_every_object_in_apply_order() -> None:
         ("RoleBinding", "kubeopera-spark"),
         ("RoleBinding", "kubeopera-training"),
         ("ConfigMap", "artifact-repositories"),
+        ("ServiceAccount", "kubeopera-sensor-acme"),
+        ("RoleBinding", "kubeopera-sensor"),
     ]
 
 
@@ -70,8 +72,37 @@ def test_every_object_carries_our_labels_and_lives_in_the_namespace(
 ) -> None:
     for obj in tenant_objects(TENANT, spec):
         assert obj["metadata"]["labels"].items() >= OURS.items(), obj["kind"]
-        if obj["kind"] != "Namespace":
+        if obj["metadata"]["name"] == "kubeopera-sensor-acme":  # the one outside it
+            assert obj["metadata"]["namespace"] == "kubeopera-pipeline-events"
+        elif obj["kind"] != "Namespace":
             assert obj["metadata"]["namespace"] == NAMESPACE
+
+
+def test_the_tenants_sensors_run_as_its_own_account_bound_here_only() -> None:
+    account = one("ServiceAccount", "kubeopera-sensor-acme")
+    # The sensor pod calls the API (Argo's CLI submits the workflow): its token is mounted.
+    assert "automountServiceAccountToken" not in account
+    assert one("RoleBinding", "kubeopera-sensor") == {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "kubeopera-sensor", "namespace": NAMESPACE, "labels": OURS},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "workflow-manager-tenant-sensor",
+        },
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": "kubeopera-sensor-acme",
+                "namespace": "kubeopera-pipeline-events",
+            }
+        ],
+    }
+    events = dataclasses.replace(SPEC, events_namespace="events")
+    assert one("ServiceAccount", "kubeopera-sensor-acme", events)["metadata"]["namespace"] == (
+        "events"
+    )
 
 
 @pytest.mark.parametrize("spec", [SPEC, NO_GPU, BARE], ids=["gpu", "no-gpu", "bare"])
@@ -129,7 +160,11 @@ def test_no_gpu_maximum_when_steps_may_not_have_gpus() -> None:
 
 
 def test_no_account_mounts_a_token_by_itself() -> None:
-    accounts = [o for o in tenant_objects(TENANT, SPEC) if o["kind"] == "ServiceAccount"]
+    accounts = [
+        o
+        for o in tenant_objects(TENANT, SPEC)
+        if o["kind"] == "ServiceAccount" and o["metadata"]["namespace"] == NAMESPACE
+    ]
     assert len(accounts) == 4
     assert all(account["automountServiceAccountToken"] is False for account in accounts)
 
@@ -481,7 +516,8 @@ def test_an_inconsistent_configuration_is_a_config_error(
         ({"artifact_bucket": ""}, "required"),
         ({"api_server_ports": (70000,)}, "ports are between"),
         ({"cluster_role_prefix": ""}, "cluster_role_prefix, .* are required"),
-        ({"compiler_account": ""}, "compiler_account .* are required"),
+        ({"compiler_account": ""}, "compiler_account, .* are required"),
+        ({"events_namespace": ""}, "events_namespace are required"),
     ],
 )
 def test_an_inconsistent_spec_is_refused(change: dict[str, Any], message: str) -> None:

@@ -1,0 +1,1 @@
+"""Argo Events, simulated: webhook event sources and the sensors they fire."""
