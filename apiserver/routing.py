@@ -98,6 +98,13 @@ PATH_PARAMS: Final[Mapping[str, Param]] = {
             example="etl",
         ),
         Param("id", "Pipeline id.", pattern=PIPELINE_ID, max_length=40, example="a1b2c3"),
+        Param(
+            "secret",
+            "Data secret name.",
+            pattern=DNS_SUBDOMAIN,
+            max_length=253,
+            example="warehouse",
+        ),
     )
 }
 # The page of every keyset-paginated list (apiserver.paging holds the rule).

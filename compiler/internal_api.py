@@ -12,6 +12,11 @@ they are.
     DELETE /internal/v1/pipelines/{kind}/{id}          {tenant, actor}
     POST   /internal/v1/pipelines/{kind}/{id}/rollback {tenant, actor, version}
     POST   /internal/v1/pipelines/{kind}/{id}/run      {tenant, actor, parameters}
+
+    GET    /internal/v1/data-secrets?tenant=&after=&limit=
+    GET    /internal/v1/data-secrets/{name}?tenant=
+    PUT    /internal/v1/data-secrets/{name}                {tenant, actor, secret: {data}}
+    DELETE /internal/v1/data-secrets/{name}                {tenant, actor}
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any, Final, cast
 from aiohttp import web
 
 from compiler.pipelines.service import Caller, PipelineService
+from compiler.secrets.service import DataSecretService
 from shared.errors import Invalid, NotFound
 from shared.identifiers import PIPELINE_ID, TENANT_ID
 from shared.pipelines import PipelineKind
@@ -28,8 +34,11 @@ from shared.web import error_middleware, json_body, key_middleware, request_id_h
 
 INTERNAL_KEY_HEADER: Final = "X-Internal-Key"
 PREFIX: Final = "/internal/v1/pipelines"
+SECRETS_PREFIX: Final = "/internal/v1/data-secrets"
 MAX_BODY: Final = 1024 * 1024  # a YAML template may be 512 KiB, inside JSON
+MAX_LIMIT: Final = 500
 SERVICE = web.AppKey("pipelines", PipelineService)
+SECRETS = web.AppKey("data_secrets", DataSecretService)
 
 
 def _kind(request: web.Request) -> PipelineKind:
@@ -101,7 +110,55 @@ async def run(request: web.Request) -> web.Response:
     return web.json_response(result, status=201)
 
 
-def create_app(service: PipelineService, *, internal_key: str | None) -> web.Application:
+# --- data secrets ----------------------------------------------------------------------------
+def _tenant_param(request: web.Request) -> str:
+    tenant = request.query.get("tenant", "")
+    if not TENANT_ID.fullmatch(tenant):
+        raise Invalid("tenant: a valid tenant id is required", details={"parameter": "tenant"})
+    return tenant
+
+
+async def list_secrets(request: web.Request) -> web.Response:
+    tenant = _tenant_param(request)
+    limit_text = request.query.get("limit", str(MAX_LIMIT))
+    if (
+        not limit_text.isascii()
+        or not limit_text.isdigit()
+        or not 1 <= int(limit_text) <= MAX_LIMIT
+    ):
+        raise Invalid(f"limit: an integer from 1 to {MAX_LIMIT}", details={"parameter": "limit"})
+    after = request.query.get("after") or None
+    result = await request.app[SECRETS].listing(tenant, after=after, limit=int(limit_text))
+    return web.json_response(result)
+
+
+async def read_secret(request: web.Request) -> web.Response:
+    tenant = _tenant_param(request)
+    return web.json_response(await request.app[SECRETS].read(tenant, request.match_info["name"]))
+
+
+async def put_secret(request: web.Request) -> web.Response:
+    caller, body = await _call(request)
+    item, created = await request.app[SECRETS].put(
+        caller.tenant, caller.actor, request.match_info["name"], body.get("secret")
+    )
+    return web.json_response({"secret": item, "created": created}, status=201 if created else 200)
+
+
+async def delete_secret(request: web.Request) -> web.Response:
+    caller, _ = await _call(request)
+    service = request.app[SECRETS]
+    return web.json_response(
+        await service.delete(caller.tenant, caller.actor, request.match_info["name"])
+    )
+
+
+def create_app(
+    service: PipelineService,
+    *,
+    internal_key: str | None,
+    data_secrets: DataSecretService | None = None,
+) -> web.Application:
     app = web.Application(
         middlewares=[
             error_middleware("compiler"),
@@ -117,4 +174,10 @@ def create_app(service: PipelineService, *, internal_key: str | None) -> web.App
     app.router.add_delete(f"{PREFIX}/{{kind}}/{{id}}", delete)
     app.router.add_post(f"{PREFIX}/{{kind}}/{{id}}/rollback", rollback)
     app.router.add_post(f"{PREFIX}/{{kind}}/{{id}}/run", run)
+    if data_secrets is not None:
+        app[SECRETS] = data_secrets
+        app.router.add_get(SECRETS_PREFIX, list_secrets)
+        app.router.add_get(f"{SECRETS_PREFIX}/{{name}}", read_secret)
+        app.router.add_put(f"{SECRETS_PREFIX}/{{name}}", put_secret)
+        app.router.add_delete(f"{SECRETS_PREFIX}/{{name}}", delete_secret)
     return app

@@ -23,6 +23,7 @@ from compiler.internal_api import create_app
 from compiler.k8s_objects import KubeObjects
 from compiler.pipelines.compile import StepLimits
 from compiler.pipelines.service import Limits, PipelineService
+from compiler.secrets.service import DataSecretService
 from compiler.tenants.service import TenantProvisioner
 from compiler.tenants.storage_users import StorageUsers
 from shared.argo import ArgoServer
@@ -47,6 +48,7 @@ class Parts:
     tenants: TenantProvisioner
     service: PipelineService
     app: web.Application
+    secrets: DataSecretService | None = None
 
 
 def storage_users(settings: Settings) -> StorageUsers | None:
@@ -91,6 +93,7 @@ def assemble(
         settings=settings,
         storage=storage,
     )
+    secrets = DataSecretService(pool=pool, objects=objects, tenants=tenants)
     argo = ArgoServer.from_url(host_api, settings.ARGO_DATA_SERVER_URL)
 
     async def lint(namespace: str, template: Mapping[str, Any]) -> object:
@@ -103,12 +106,15 @@ def assemble(
         lint=lint,
         limits=limits_of(settings),
         instance_id=settings.ARGO_DATA_INSTANCE_ID,
+        data_secrets=secrets,
     )
     key = settings.INTERNAL_API_KEY
     if key is None:
         log.warning("internal_api_key_unset", consequence="every request is refused")
-    app = create_app(service, internal_key=key.get_secret_value() if key else None)
-    return Parts(pool, host_api, tenants, service, app)
+    app = create_app(
+        service, internal_key=key.get_secret_value() if key else None, data_secrets=secrets
+    )
+    return Parts(pool, host_api, tenants, service, app, secrets)
 
 
 @contextlib.asynccontextmanager
