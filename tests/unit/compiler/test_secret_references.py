@@ -21,7 +21,9 @@ from tests.unit.compiler.test_allowlist_rules import SECRET_REFERENCES
 
 
 @pytest.mark.parametrize(("document", "path"), SECRET_REFERENCES)
-def test_each_place_the_allowlist_judges_is_a_reference(document: dict[str, Any], path: str) -> None:
+def test_each_place_the_allowlist_judges_is_a_reference(
+    document: dict[str, Any], path: str
+) -> None:
     assert references.in_template(document) == {"s"}, path
 
 
@@ -38,7 +40,9 @@ ELSEWHERE = [
             "containers": [
                 {
                     "name": "main",
-                    "env": [{"name": "K", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}],
+                    "env": [
+                        {"name": "K", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
+                    ],
                 }
             ]
         }
@@ -71,7 +75,9 @@ ELSEWHERE = [
     _template(
         volumes=[{"name": "v", "projected": {"sources": [{"secret": {"name": "s"}}]}}],
     ),
-    _template(volumes=[{"name": "v", "csi": {"driver": "d", "nodePublishSecretRef": {"name": "s"}}}]),
+    _template(
+        volumes=[{"name": "v", "csi": {"driver": "d", "nodePublishSecretRef": {"name": "s"}}}]
+    ),
     _template(volumes=[{"name": "v", "cephfs": {"monitors": [], "secretRef": {"name": "s"}}}]),
     _template(volumes=[{"name": "v", "azureFile": {"secretName": "s", "shareName": "x"}}]),
     _template(
@@ -141,9 +147,9 @@ def test_the_benign_corpus_refers_to_its_one_data_secret_exactly_where_the_allow
     for path in BENIGN:
         text = path.read_text()
         document = yaml.safe_load(text)
-        refused = {
-            v.rule for v in run(document, kind=kind_of(text), data_secrets=frozenset())
-        } == {"secret_reference"}
+        refused = {v.rule for v in run(document, kind=kind_of(text), data_secrets=frozenset())} == {
+            "secret_reference"
+        }
         expected = {"warehouse-credentials"} if refused else set()
         assert references.in_template(document) == expected, path
         stamped = stamp(
@@ -168,12 +174,14 @@ def test_every_escape_refused_for_a_secret_refers_to_it() -> None:
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(
-        st.sampled_from(["name", "secret", "secretRef", "secretName", "imagePullSecrets", "x"])
-        | st.text(max_size=6),
-        children,
-        max_size=4,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["name", "secret", "secretRef", "secretName", "imagePullSecrets", "x"])
+            | st.text(max_size=6),
+            children,
+            max_size=4,
+        )
     ),
     max_leaves=30,
 )
@@ -272,7 +280,10 @@ def test_a_definition_refers_to_its_git_credentials(
             {"h"},
         ),
         ({"notifications": {"channels": [{"secret": {"name": "nested"}}]}}, {"nested"}),
-        ({"notifications": [{"token_secret": "tok", "url_secret": {"name": "url"}}]}, {"tok", "url"}),
+        (
+            {"notifications": [{"token_secret": "tok", "url_secret": {"name": "url"}}]},
+            {"tok", "url"},
+        ),
         ({"triggers": [{"type": "webhook", "secret": "hook-token"}]}, {"hook-token"}),
         ({"notifications": [{"secret": ""}, {"secret": 3}, {"secrets": "x"}]}, set()),
         ({"notifications": [{"name": "secret", "value": "secret"}]}, set()),
