@@ -36,6 +36,7 @@ NEED_A_DEPENDENCY = "|".join(
         "GET .*/(logs|artifacts)/",
         "POST .*/(stop|terminate|retry|submit)$",
         "(POST|PUT|DELETE) /api/v1/(data|ml)-pipelines",
+        "(GET|PUT|DELETE) /api/v1/data-secrets",
     )
 )
 CONFIG = f"""
