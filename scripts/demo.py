@@ -8,9 +8,10 @@ failed run's step log and retries it, and a tenant saves a data pipeline (its na
 storage user provisioned on first use), has a hostile template refused, runs the pipeline and
 saves a second version; it stores a data secret (listed by name and keys, never a value),
 saves a pipeline whose step reads it, has a reference to a platform Secret refused and cannot
-delete the secret while the pipeline uses it. A model endpoint is registered through the token module, served by a
-stand-in model behind a real nginx configured as ingress-nginx renders `auth-url` (checked by
-inference_auth), and called with a valid, another deployment's and a revoked token.
+delete the secret while the pipeline uses it. A model endpoint is registered through the token
+module, served by a stand-in model behind a real nginx configured as ingress-nginx renders
+`auth-url` (checked by inference_auth), and called with a valid, another deployment's and a
+revoked token.
 Ctrl-C stops everything. Logs: .run/demo/*.log.
 """
 

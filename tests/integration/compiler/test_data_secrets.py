@@ -14,8 +14,11 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from compiler.k8s_objects import KubeObjects
+from compiler.secrets.service import DataSecretService
 from shared import labels as L
 from shared.db.pipelines import PipelineStore
+from shared.errors import Conflict, DependencyDown, Refused, WorkflowManagerError
 from tests.integration.compiler.pipeline_stack import NS, Stack, body, headers, wizard
 
 SECRETS = "pipelines.read,pipelines.write,pipelines.run,secrets.write"
@@ -98,7 +101,8 @@ async def test_a_secret_is_created_listed_read_replaced_and_deleted_without_a_va
     assert created["name"] == "warehouse"
     assert created["keys"] == ["token", "user"]
     assert created["created_by"] == created["updated_by"] == "alice@acme"
-    assert created["created_at"] and created["updated_at"]
+    assert created["created_at"]
+    assert created["updated_at"]
 
     secret = live_secret(stack, "warehouse")
     assert secret is not None
@@ -151,7 +155,8 @@ async def test_a_secret_is_created_listed_read_replaced_and_deleted_without_a_va
     }
     assert rows[0]["parameters"] == {"keys": ["token", "user"]}
     assert rows[0]["detail"] == {"secret": "warehouse"}
-    assert "data_secret_written" in logs() and "data_secret_deleted" in logs()
+    assert "data_secret_written" in logs()
+    assert "data_secret_deleted" in logs()
     everything = json.dumps([answers, rows, logs()], default=str)
     for value in (VALUE, OTHER_VALUE):
         assert value not in everything
@@ -267,7 +272,12 @@ async def test_platform_and_foreign_secrets_are_out_of_reach(stack: Stack) -> No
     )
     assert (status, answer["details"]["reason"]) == (409, "not_a_data_secret")
     secret = live_secret(stack, "foreign")
-    assert secret is not None and base64.b64decode(secret["data"]["k"]).decode() == VALUE
+    assert secret is not None
+    assert base64.b64decode(secret["data"]["k"]).decode() == VALUE
+    refusals = [row for row in await audit(stack) if row["outcome"] == "failed"]
+    assert [(r["action"], r["name"], r["detail"]) for r in refusals] == [
+        ("data_secret.create", "secret/foreign", {"secret": "foreign", "error": "conflict"})
+    ]
     status, listing = await stack.call("GET", "data-secrets", as_=headers())
     assert [item["name"] for item in listing["items"]] == ["seed"]
     assert live_secret(stack, "kubeopera-executor.service-account-token") is not None
@@ -281,7 +291,8 @@ async def test_the_list_is_paged_by_name_with_cursors_bound_to_the_tenant(stack:
         assert status == 201
     status, first = await stack.call("GET", "data-secrets?limit=2", as_=headers())
     assert [item["name"] for item in first["items"]] == ["a-secret", "b-secret"]
-    assert first["total"] == 3 and first["next_cursor"]
+    assert first["total"] == 3
+    assert first["next_cursor"]
     status, rest = await stack.call(
         "GET", "data-secrets", as_=headers(), params={"cursor": first["next_cursor"]}
     )
@@ -391,7 +402,8 @@ async def test_a_secret_in_use_is_not_deleted_and_the_409_names_the_pipelines(
             {"id": ml_saved["id"], "kind": "ml", "name": "mounter"},
         ],
     }
-    assert "loader" in refused["message"] and "mounter" in refused["message"]
+    assert "loader" in refused["message"]
+    assert "mounter" in refused["message"]
     assert live_secret(stack, "warehouse") is not None
     failed = [row for row in await audit(stack) if row["outcome"] == "failed"]
     assert [(row["action"], row["detail"]["error"]) for row in failed] == [
@@ -505,3 +517,64 @@ async def test_a_delete_waits_for_a_save_that_read_the_secrets_and_then_sees_its
     status, refused = await deleting
     assert status == 409, refused
     assert [p["id"] for p in refused["details"]["pipelines"]] == ["racer"]
+
+
+class RefusingObjects:
+    """The host's objects, where every write is refused with a message quoting the object (as
+    the Kubernetes API server may)."""
+
+    def __init__(self, objects: Any, error: type[WorkflowManagerError]) -> None:
+        self._objects = objects
+        self._error = error
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._objects, name)
+
+    async def create(self, obj: Any) -> dict[str, Any]:
+        raise self._error(f"refused: {json.dumps(obj)}", details={"object": obj})
+
+    async def replace(self, obj: Any) -> dict[str, Any]:
+        raise self._error(f"refused: {json.dumps(obj)}", details={"object": obj})
+
+
+@pytest.mark.parametrize("error", [Conflict, Refused, DependencyDown])
+async def test_a_write_the_cluster_refuses_is_audited_and_its_error_quotes_nothing(
+    stack: Stack, error: type[WorkflowManagerError]
+) -> None:
+    service = DataSecretService(
+        pool=stack.pool,
+        objects=RefusingObjects(KubeObjects(stack.kube), error),
+        tenants=stack.compiler.tenants,
+    )
+    with pytest.raises(error) as refused:
+        await service.put("acme", "alice", "warehouse", {"data": {"token": VALUE}})
+    assert refused.value.details == {"secret": "warehouse"}
+    assert "warehouse" in refused.value.message
+    assert VALUE not in str(refused.value.to_json())
+    assert refused.value.__cause__ is None
+    assert refused.value.__suppress_context__
+    (row,) = await audit(stack)
+    assert (row["action"], row["outcome"], row["detail"]) == (
+        "data_secret.create",
+        "failed",
+        {"secret": "warehouse", "error": error.code},
+    )
+
+
+async def test_the_compilers_data_secret_routes_need_its_key(stack: Stack) -> None:
+    for method, path in (
+        ("GET", "/internal/v1/data-secrets?tenant=acme"),
+        ("GET", "/internal/v1/data-secrets/warehouse?tenant=acme"),
+        ("PUT", "/internal/v1/data-secrets/warehouse"),
+        ("DELETE", "/internal/v1/data-secrets/warehouse"),
+    ):
+        for key in (None, "wrong"):
+            extra = {"X-Internal-Key": key} if key else {}
+            response = await stack.internal.request(
+                method,
+                path,
+                json={"tenant": "acme", "actor": "x", "secret": {"data": {"k": VALUE}}},
+                headers=extra,
+            )
+            assert response.status == 401, (method, path)
+    assert live_secret(stack, "warehouse") is None
