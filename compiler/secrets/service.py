@@ -196,11 +196,17 @@ class DataSecretService:
             if live is None:
                 raise _missing(name)
             keys = sorted(rules.describe(live)["keys"])
+            current = {
+                pipeline.id: (pipeline, version)
+                for pipeline, version in await store.current_versions_mentioning(tenant, name)
+            }
+            using = references.users(
+                name,
+                {key: (v.template, v.definition, v.settings) for key, (_, v) in current.items()},
+            )
             users = [
                 {"id": pipeline.id, "kind": pipeline.kind, "name": pipeline.name}
-                for pipeline, version in await store.current_versions_mentioning(tenant, name)
-                if name
-                in references.of_version(version.template, version.definition, version.settings)
+                for pipeline, _ in (current[key] for key in using)
             ]
             if users:
                 detail = {"error": "conflict", "pipelines": users}
