@@ -52,10 +52,12 @@ async def _forward(
         raise DependencyDown("no pipeline compiler is configured (COMPILER_URL)")
     identity = identity_of(request)
     tenant = _tenant(identity)
-    if body is not None:
-        body = {"tenant": tenant, "actor": identity.actor, **body}
+    if body is None:  # a read: the tenant in the query
+        return await services.compiler.call(
+            method, path, None, resource=RESOURCE, query={"tenant": tenant, **(query or {})}
+        )
     return await services.compiler.call(
-        method, path, body, resource=RESOURCE, query={"tenant": tenant, **(query or {})}
+        method, path, {"tenant": tenant, "actor": identity.actor, **body}, resource=RESOURCE
     )
 
 
