@@ -41,7 +41,7 @@ from compiler.pipelines import definitions
 from compiler.pipelines.compile import StepLimits
 from compiler.pipelines.definitions import Rendered, Target
 from compiler.pipelines.stamping import identity_labels, template_name
-from compiler.secrets import references
+from compiler.secrets import references, rules
 from shared import labels as L
 from shared.db.audit import record_action
 from shared.db.pipelines import PipelineRow, PipelineStore, VersionRow
@@ -379,8 +379,10 @@ class PipelineService:
 
     async def _secrets_exist(self, tenant: str, store: PipelineStore, row: VersionRow) -> None:
         """Conflict when ``row`` refers to a Secret that is not (any more) one of the tenant's
-        data secrets: made current, it would run with a reference to nothing."""
-        used = references.of_version(row.template, row.definition, row.settings)
+        data secrets: made current, it would run with a reference to nothing. The platform's own
+        Secrets (``kubeopera-*``, added after the check, never the tenant's) are not asked for."""
+        every = references.of_version(row.template, row.definition, row.settings)
+        used = {name for name in every if rules.is_own(name)}
         if self._data_secrets is None or not used:
             return
         missing = sorted(used - await self._secrets(tenant, store))

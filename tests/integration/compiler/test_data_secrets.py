@@ -578,3 +578,22 @@ async def test_the_compilers_data_secret_routes_need_its_key(stack: Stack) -> No
             )
             assert response.status == 401, (method, path)
     assert live_secret(stack, "warehouse") is None
+
+
+async def test_a_rollback_asks_only_for_the_tenants_own_secrets(stack: Stack) -> None:
+    """A version may refer to a platform Secret the platform added after the check (tracking
+    credentials): a rollback to it does not ask for that one as a data secret."""
+    status, saved = await stack.call("POST", "data-pipelines", json=body())
+    assert status == 201, saved
+    status, _ = await stack.call("PUT", f"data-pipelines/{saved['id']}", json=body())
+    platform = {"envFrom": [{"secretRef": {"name": "kubeopera-mlflow"}}]}
+    await stack.pool.execute(
+        "UPDATE pipeline_versions SET template = jsonb_set(template, "
+        "'{spec,templateDefaults}', $2) WHERE pipeline_id = $1 AND version = 1",
+        saved["id"],
+        {"container": platform},
+    )
+    status, rolled = await stack.call(
+        "POST", f"data-pipelines/{saved['id']}/rollback", json={"version": 1}
+    )
+    assert status == 200, rolled
