@@ -17,6 +17,7 @@ from apiserver.metrics import metrics_middleware
 from apiserver.pipelines.routes import ROUTES as PIPELINE_ROUTES
 from apiserver.routing import RouteSpec, access_of, add_routes
 from apiserver.runs.routes import ROUTES as RUN_ROUTES
+from apiserver.secrets.routes import ROUTES as SECRET_ROUTES
 from apiserver.services import SERVICES, Services
 from apiserver.stream.hub import StreamHub
 from apiserver.stream.routes import HUB
@@ -35,6 +36,7 @@ def route_specs() -> list[RouteSpec]:
         *CLUSTER_ROUTES,
         *GRANT_ROUTES,
         *PIPELINE_ROUTES,
+        *SECRET_ROUTES,
         openapi.ROUTE,
     ]
 

@@ -266,6 +266,30 @@ SCHEMAS: dict[str, Any] = {
             "warning": {"type": "string"},
         },
     },
+    "DataSecret": {
+        "type": "object",
+        "description": "A data secret's name, keys and history: never a value.",
+        "properties": {
+            "name": {"type": "string"},
+            "keys": {"type": "array", "items": {"type": "string"}},
+            "created_at": {"type": "string", "format": "date-time", "nullable": True},
+            "created_by": {"type": "string", "nullable": True},
+            "updated_at": {"type": "string", "format": "date-time", "nullable": True},
+            "updated_by": {"type": "string", "nullable": True},
+        },
+    },
+    "DataSecretList": {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/DataSecret"}},
+            "next_cursor": {"type": "string", "nullable": True},
+            "total": {"type": "integer"},
+        },
+    },
+    "DataSecretDeleted": {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "deleted": {"type": "boolean"}},
+    },
     "RefreshAccepted": {"type": "object", "properties": {"refresh": {"type": "string"}}},
     "EventStream": {"type": "string", "description": "text/event-stream"},
     "Text": {"type": "string"},

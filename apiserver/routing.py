@@ -105,6 +105,13 @@ PATH_PARAMS: Final[Mapping[str, Param]] = {
             max_length=40,
             example="on-upload",
         ),
+        Param(
+            "secret",
+            "Data secret name.",
+            pattern=DNS_SUBDOMAIN,
+            max_length=253,
+            example="warehouse",
+        ),
     )
 }
 # The page of every keyset-paginated list (apiserver.paging holds the rule).

@@ -20,6 +20,11 @@ they are.
 
 Reading a webhook's token is a POST like every other call here: it carries the tenant and the
 actor in its body, and it is audited.
+
+    GET    /internal/v1/data-secrets?tenant=&after=&limit=
+    GET    /internal/v1/data-secrets/{name}?tenant=
+    PUT    /internal/v1/data-secrets/{name}                {tenant, actor, secret: {data}}
+    DELETE /internal/v1/data-secrets/{name}                {tenant, actor}
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from aiohttp import web
 from compiler.automation.service import ScheduleService
 from compiler.automation.webhooks import EventTriggers
 from compiler.pipelines.service import Caller, PipelineService
+from compiler.secrets.service import DataSecretService
 from shared.errors import Invalid, NotFound
 from shared.identifiers import PIPELINE_ID, TENANT_ID, TRIGGER_NAME
 from shared.pipelines import PipelineKind
@@ -38,10 +44,13 @@ from shared.web import error_middleware, json_body, key_middleware, request_id_h
 
 INTERNAL_KEY_HEADER: Final = "X-Internal-Key"
 PREFIX: Final = "/internal/v1/pipelines"
+SECRETS_PREFIX: Final = "/internal/v1/data-secrets"
 MAX_BODY: Final = 1024 * 1024  # a YAML template may be 512 KiB, inside JSON
+MAX_LIMIT: Final = 500
 SERVICE = web.AppKey("pipelines", PipelineService)
 SCHEDULES = web.AppKey("schedules", ScheduleService)
 TRIGGERS = web.AppKey("triggers", EventTriggers)
+SECRETS = web.AppKey("data_secrets", DataSecretService)
 
 
 def _kind(request: web.Request) -> PipelineKind:
@@ -151,12 +160,56 @@ async def rotate_webhook(request: web.Request) -> web.Response:
     return web.json_response(result)
 
 
+# --- data secrets ----------------------------------------------------------------------------
+def _tenant_param(request: web.Request) -> str:
+    tenant = request.query.get("tenant", "")
+    if not TENANT_ID.fullmatch(tenant):
+        raise Invalid("tenant: a valid tenant id is required", details={"parameter": "tenant"})
+    return tenant
+
+
+async def list_secrets(request: web.Request) -> web.Response:
+    tenant = _tenant_param(request)
+    limit_text = request.query.get("limit", str(MAX_LIMIT))
+    if (
+        not limit_text.isascii()
+        or not limit_text.isdigit()
+        or not 1 <= int(limit_text) <= MAX_LIMIT
+    ):
+        raise Invalid(f"limit: an integer from 1 to {MAX_LIMIT}", details={"parameter": "limit"})
+    after = request.query.get("after") or None
+    result = await request.app[SECRETS].listing(tenant, after=after, limit=int(limit_text))
+    return web.json_response(result)
+
+
+async def read_secret(request: web.Request) -> web.Response:
+    tenant = _tenant_param(request)
+    return web.json_response(await request.app[SECRETS].read(tenant, request.match_info["name"]))
+
+
+async def put_secret(request: web.Request) -> web.Response:
+    caller, body = await _call(request)
+    item, created = await request.app[SECRETS].put(
+        caller.tenant, caller.actor, request.match_info["name"], body.get("secret")
+    )
+    return web.json_response({"secret": item, "created": created}, status=201 if created else 200)
+
+
+async def delete_secret(request: web.Request) -> web.Response:
+    caller, _ = await _call(request)
+    service = request.app[SECRETS]
+    return web.json_response(
+        await service.delete(caller.tenant, caller.actor, request.match_info["name"])
+    )
+
+
 def create_app(
     service: PipelineService,
     *,
     schedules: ScheduleService,
     triggers: EventTriggers,
     internal_key: str | None,
+    data_secrets: DataSecretService | None = None,
 ) -> web.Application:
     app = web.Application(
         middlewares=[
@@ -180,4 +233,10 @@ def create_app(
     webhook_path = f"{PREFIX}/{{kind}}/{{id}}/triggers/{{trigger}}/webhook"
     app.router.add_post(webhook_path, webhook)
     app.router.add_post(f"{webhook_path}/rotate", rotate_webhook)
+    if data_secrets is not None:
+        app[SECRETS] = data_secrets
+        app.router.add_get(SECRETS_PREFIX, list_secrets)
+        app.router.add_get(f"{SECRETS_PREFIX}/{{name}}", read_secret)
+        app.router.add_put(f"{SECRETS_PREFIX}/{{name}}", put_secret)
+        app.router.add_delete(f"{SECRETS_PREFIX}/{{name}}", delete_secret)
     return app

@@ -25,6 +25,7 @@ from compiler.internal_api import create_app
 from compiler.k8s_objects import KubeObjects
 from compiler.pipelines.compile import StepLimits
 from compiler.pipelines.service import Limits, PipelineService
+from compiler.secrets.service import DataSecretService
 from compiler.tenants.service import TenantProvisioner
 from compiler.tenants.storage_users import StorageUsers
 from shared.argo import ArgoServer
@@ -50,6 +51,7 @@ class Parts:
     service: PipelineService
     app: web.Application
     schedules: ScheduleService
+    secrets: DataSecretService | None = None
 
 
 def storage_users(settings: Settings) -> StorageUsers | None:
@@ -95,6 +97,7 @@ def assemble(
         settings=settings,
         storage=storage,
     )
+    secrets = DataSecretService(pool=pool, objects=objects, tenants=tenants)
     argo = ArgoServer.from_url(host_api, settings.ARGO_DATA_SERVER_URL)
 
     async def lint(namespace: str, template: Mapping[str, Any]) -> object:
@@ -113,6 +116,7 @@ def assemble(
         limits=limits_of(settings),
         instance_id=settings.ARGO_DATA_INSTANCE_ID,
         attachments=[schedules, events],
+        data_secrets=secrets,
     )
     key = settings.INTERNAL_API_KEY
     if key is None:
@@ -122,8 +126,9 @@ def assemble(
         schedules=schedules,
         triggers=events,
         internal_key=key.get_secret_value() if key else None,
+        data_secrets=secrets,
     )
-    return Parts(pool, host_api, tenants, service, app, schedules)
+    return Parts(pool, host_api, tenants, service, app, schedules, secrets)
 
 
 @contextlib.asynccontextmanager

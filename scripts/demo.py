@@ -6,9 +6,12 @@ what happens: each run change as the watcher commits it (the same `NOTIFY runs` 
 apiserver's live stream serves), and a summary every 15 seconds. Along the way it reads a
 failed run's step log and retries it, and a tenant saves a data pipeline (its namespace and
 storage user provisioned on first use), has a hostile template refused, runs the pipeline and
-saves a second version. A model endpoint is registered through the token module, served by a
-stand-in model behind a real nginx configured as ingress-nginx renders `auth-url` (checked by
-inference_auth), and called with a valid, another deployment's and a revoked token. A webhook
+saves a second version; it stores a data secret (listed by name and keys, never a value),
+saves a pipeline whose step reads it, has a reference to a platform Secret refused and cannot
+delete the secret while the pipeline uses it. A model endpoint is registered through the token
+module, served by a stand-in model behind a real nginx configured as ingress-nginx renders
+`auth-url` (checked by inference_auth), and called with a valid, another deployment's and a
+revoked token. A scheduled pipeline fires (scripts/showcase_schedules.py) and a webhook
 trigger's event, POSTed with its token, starts a pipeline run (scripts/showcase_triggers.py).
 Ctrl-C stops everything. Logs: .run/demo/*.log.
 """
@@ -27,6 +30,7 @@ from pathlib import Path
 
 import asyncpg
 from showcase_schedules import schedules_showcase
+from showcase_secrets import secrets_showcase
 from showcase_triggers import triggers_showcase
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -529,6 +533,7 @@ async def main() -> None:
             asyncio.create_task(inference_showcase(url, processes)),
             asyncio.create_task(schedules_showcase(API, TENANT_HEADERS, log)),
             asyncio.create_task(triggers_showcase(API, TENANT_HEADERS, world)),
+            asyncio.create_task(secrets_showcase(API, API_KEY, log, delay=20)),
         ]
         while True:
             await asyncio.sleep(1)

@@ -71,6 +71,9 @@ def configure(*, service: str, json: bool | None = None, level: str = "info") ->
     structlog.contextvars.bind_contextvars(service=service)
     logging.basicConfig(level=max(numeric, logging.INFO), stream=sys.stderr, format="%(message)s")
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # The Kubernetes client's debug lines are whole response bodies, Secrets' data included
+    # (the compiler writes and lists the tenants' data secrets): never, at any level.
+    logging.getLogger("kubernetes_asyncio").setLevel(logging.INFO)
     server = logging.getLogger("aiohttp.server")
     if not any(isinstance(known, _MalformedRequests) for known in server.filters):
         server.addFilter(_MalformedRequests())

@@ -43,16 +43,30 @@ class CompilerClient:
         timeout: float = 60.0,
     ) -> None:
         self._session = session
-        self._base = base_url.rstrip("/") + "/internal/v1/pipelines"
+        self._base = base_url.rstrip("/") + "/internal/v1"
         self._headers = {INTERNAL_KEY_HEADER: internal_key or ""}
         self._timeout = aiohttp.ClientTimeout(total=timeout)
 
-    async def call(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """``method`` on ``/internal/v1/pipelines/<path>`` with ``body``; the JSON answer."""
-        url = f"{self._base}/{path}".rstrip("/")
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        *,
+        resource: str = "pipelines",
+        query: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """``method`` on ``/internal/v1/<resource>/<path>`` with ``body`` (None: no body) and
+        ``query``; the JSON answer."""
+        url = f"{self._base}/{resource}/{path}".rstrip("/")
         try:
             async with self._session.request(
-                method, url, json=body, headers=self._headers, timeout=self._timeout
+                method,
+                url,
+                json=body,
+                params=query,
+                headers=self._headers,
+                timeout=self._timeout,
             ) as response:
                 try:
                     payload = await response.json(content_type=None)

@@ -136,8 +136,8 @@ def check(
 ) -> list[Violation]:
     """Every violation of the allowlist in ``template`` (empty: accepted), in document order.
 
-    ``data_secrets``: the names of the Secrets the tenant created through workflow-manager,
-    the only ones a template may reference (no such Secret exists yet: the set is empty).
+    ``data_secrets``: the names of the Secrets the tenant created through workflow-manager
+    (its data secrets), the only ones a template may reference.
     """
     if namespace != f"{L.DATA_NAMESPACE_PREFIX}{tenant}":
         raise ValueError("a pipeline template is checked against its tenant's data namespace")

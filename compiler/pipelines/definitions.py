@@ -83,8 +83,8 @@ class Target:
     kind: PipelineKind
     limits: StepLimits
     artifact_bucket: str
-    # The Secrets the tenant created through workflow-manager, the only ones a template may
-    # reference; data secrets do not exist yet, so none may.
+    # The tenant's data secrets (created through ``/data-secrets``), the only Secrets a template
+    # may reference; the service reads them from the tenant's namespace.
     data_secrets: frozenset[str] = frozenset()
     # A schedule may not fire more often than this (SCHEDULE_MIN_INTERVAL); its zone's
     # daylight-saving transitions are looked at from this year on.

@@ -17,6 +17,14 @@ the same transaction, after the template is applied and the version recorded, ev
 is given the version that is now current (``attach``: create, update, rollback); delete removes
 them first (``detach``). An attachment that fails fails the save, and the version is not
 recorded.
+
+A template may refer to the tenant's data secrets and no other Secret (the allowlist's
+``data_secrets``): a save, a validate and a rollback read their names from the tenant's namespace
+(``DataSecrets``, ``compiler.secrets.service``). Saves and rollbacks read them inside the
+transaction under the tenant's shared data-secrets lock, which a data secret's delete takes
+exclusively to check that no current version refers to it; so a version is never recorded
+referring to a secret deleted meanwhile, and a rollback to a version referring to a data
+secret that no longer exists is refused (409).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from compiler.pipelines import definitions
 from compiler.pipelines.compile import StepLimits
 from compiler.pipelines.definitions import Rendered, Target
 from compiler.pipelines.stamping import identity_labels, template_name
+from compiler.secrets import references, rules
 from shared import labels as L
 from shared.db.audit import record_action
 from shared.db.pipelines import PipelineRow, PipelineStore, VersionRow
@@ -71,6 +80,12 @@ class Tenants(Protocol):
     """Provisioning on first use (``compiler.tenants.service.TenantProvisioner``)."""
 
     async def ensure(self, tenant: str) -> None: ...
+
+
+class DataSecrets(Protocol):
+    """The names of a tenant's data secrets (``compiler.secrets.service.DataSecretService``)."""
+
+    async def names(self, tenant: str) -> frozenset[str]: ...
 
 
 Lint = Callable[[str, Mapping[str, Any]], Awaitable[object]]
@@ -135,6 +150,7 @@ class PipelineService:
         limits: Limits,
         instance_id: str,
         attachments: Sequence[Attachment] = (),
+        data_secrets: DataSecrets | None = None,
     ) -> None:
         self._pool = pool
         self._objects = objects
@@ -143,9 +159,26 @@ class PipelineService:
         self._limits = limits
         self._instance_id = instance_id  # the data controller's (ARGO_DATA_INSTANCE_ID)
         self._attachments = tuple(attachments)
+        self._data_secrets = data_secrets  # None: no tenant has any (a template names none)
 
     # --- rendering ---------------------------------------------------------------------------
-    def _target(self, caller: Caller, kind: PipelineKind, pipeline_id: str, version: int) -> Target:
+    async def _secrets(self, tenant: str, store: PipelineStore | None) -> frozenset[str]:
+        """The tenant's data secrets; with ``store``, held (shared lock) until its transaction
+        ends."""
+        if self._data_secrets is None:
+            return frozenset()
+        if store is not None:
+            await store.guard_data_secrets(tenant, exclusive=False)
+        return await self._data_secrets.names(tenant)
+
+    def _target(
+        self,
+        caller: Caller,
+        kind: PipelineKind,
+        pipeline_id: str,
+        version: int,
+        data_secrets: frozenset[str],
+    ) -> Target:
         return Target(
             tenant=caller.tenant,
             pipeline_id=pipeline_id,
@@ -153,8 +186,7 @@ class PipelineService:
             kind=kind,
             limits=self._limits.step_limits(kind),
             artifact_bucket=self._limits.artifact_bucket,
-            # Data secrets are not available yet: a tenant has none a template may reference.
-            data_secrets=frozenset(),
+            data_secrets=data_secrets,
             schedule_min_interval=self._limits.schedule_min_interval,
             year=datetime.now(UTC).year,
         )
@@ -187,7 +219,8 @@ class PipelineService:
     async def validate(self, caller: Caller, kind: PipelineKind, data: object) -> dict[str, Any]:
         """Render, check and lint without saving (the id is a placeholder)."""
         body = parse_body(data, kind)
-        rendered = await self._checked(body, self._target(caller, kind, "validate", 1))
+        secrets = await self._secrets(caller.tenant, None)
+        rendered = await self._checked(body, self._target(caller, kind, "validate", 1, secrets))
         return {"valid": True, "template": rendered.template, "warnings": rendered.warnings}
 
     # --- saving ------------------------------------------------------------------------------
@@ -197,9 +230,12 @@ class PipelineService:
     async def create(self, caller: Caller, kind: PipelineKind, data: object) -> dict[str, Any]:
         body = parse_body(data, kind)
         pipeline_id = new_pipeline_id()
-        rendered = await self._checked(body, self._target(caller, kind, pipeline_id, 1))
         await self._tenants.ensure(caller.tenant)
         async with self._transaction() as store:
+            secrets = await self._secrets(caller.tenant, store)
+            rendered = await self._checked(
+                body, self._target(caller, kind, pipeline_id, 1, secrets)
+            )
             if await store.name_taken(caller.tenant, kind, body.name):
                 raise Conflict(
                     f"a {kind} pipeline named {body.name!r} exists already",
@@ -242,7 +278,10 @@ class PipelineService:
                     details={"name": body.name},
                 )
             version = pipeline.latest_version + 1
-            rendered = await self._checked(body, self._target(caller, kind, pipeline_id, version))
+            secrets = await self._secrets(caller.tenant, store)
+            rendered = await self._checked(
+                body, self._target(caller, kind, pipeline_id, version, secrets)
+            )
             await self._objects.apply(rendered.template)
             row = await self._record(store, pipeline_id, version, body, rendered, caller)
             await store.point_at(
@@ -333,6 +372,7 @@ class PipelineService:
                     f"pipeline {pipeline_id!r} has no version {version}",
                     details={"id": pipeline_id, "version": version},
                 )
+            await self._secrets_exist(caller.tenant, store, row)
             restored = row.template_removed_at is not None
             if restored:
                 await self._objects.apply(row.template)
@@ -342,6 +382,27 @@ class PipelineService:
             await self._collect(store, pipeline, current=version)
         log.info("pipeline_rolled_back", pipeline=pipeline_id, version=version, restored=restored)
         return {"id": pipeline_id, "current_version": version, "template_restored": restored}
+
+    async def _secrets_exist(self, tenant: str, store: PipelineStore, row: VersionRow) -> None:
+        """Conflict when ``row`` refers to a Secret that is not (any more) one of the tenant's
+        data secrets: made current, it would run with a reference to nothing. The platform's own
+        Secrets (``kubeopera-*``, added after the check, never the tenant's) are not asked for."""
+        every = references.of_version(row.template, row.definition, row.settings)
+        used = {name for name in every if rules.is_own(name)}
+        if self._data_secrets is None or not used:
+            return
+        missing = sorted(used - await self._secrets(tenant, store))
+        if missing:
+            raise Conflict(
+                f"version {row.version} refers to data secrets that no longer exist: "
+                f"{', '.join(missing)}; create them again first",
+                details={
+                    "reason": "missing_data_secrets",
+                    "secrets": missing,
+                    "id": row.pipeline_id,
+                    "version": row.version,
+                },
+            )
 
     async def delete(self, caller: Caller, kind: PipelineKind, pipeline_id: str) -> dict[str, Any]:
         """Delete the pipeline, its versions and every template it applied (runs stay)."""

@@ -76,6 +76,12 @@ _VERSION: Final = (
 _LISTED: Final = "kind = $1 AND ($2::text IS NULL OR tenant = $2) AND name ILIKE $3"
 
 
+def _aliased(columns: str, table: str, prefix: str = "") -> str:
+    """``columns`` of ``table``'s alias, each renamed ``<prefix><column>`` when given."""
+    names = (column.strip() for column in columns.split(","))
+    return ", ".join(f"{table}.{name} AS {prefix}{name}" for name in names)
+
+
 def _pipeline(row: asyncpg.Record | None) -> PipelineRow | None:
     return None if row is None else PipelineRow(**dict(row))
 
@@ -309,6 +315,38 @@ class PipelineStore:
 
     async def delete(self, pipeline_id: str) -> None:
         await self._conn.execute("DELETE FROM pipelines WHERE id = $1", pipeline_id)
+
+    async def guard_data_secrets(self, tenant: str, *, exclusive: bool) -> None:
+        """Hold ``tenant``'s data-secrets lock until the transaction ends: shared by saves and
+        rollbacks (which read the tenant's data secrets and record a version referring to
+        them), exclusive for a data secret's delete (which checks that no current version
+        refers to it), so that a delete never passes its check while a save that found the
+        secret is still recording."""
+        function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        await self._conn.execute(f"SELECT {function}(hashtext('wm-data-secrets:' || $1))", tenant)
+
+    async def current_versions_mentioning(
+        self, tenant: str, text: str
+    ) -> list[tuple[PipelineRow, VersionRow]]:
+        """The tenant's pipelines (both kinds) whose current version's template, definition or
+        settings hold ``text`` anywhere (a cheap superset of those referring to a Secret of
+        that name; the caller decides), by name."""
+        rows = await self._conn.fetch(
+            f"SELECT {_aliased(_PIPELINE, 'p')}, {_aliased(_VERSION, 'v', 'v_')} "
+            "FROM pipelines p JOIN pipeline_versions v "
+            "ON v.pipeline_id = p.id AND v.version = p.current_version "
+            "WHERE p.tenant = $1 AND (strpos(v.template::text, $2) > 0 "
+            "OR strpos(v.definition::text, $2) > 0 OR strpos(v.settings::text, $2) > 0) "
+            "ORDER BY p.name, p.kind, p.id",
+            tenant,
+            text,
+        )
+        found = []
+        for row in rows:
+            record = dict(row)
+            version = {k[2:]: record.pop(k) for k in list(record) if k.startswith("v_")}
+            found.append((PipelineRow(**record), VersionRow(**version)))
+        return found
 
     async def host_cluster_id(self) -> str | None:
         value = await self._conn.fetchval(

@@ -63,6 +63,15 @@ for _kind in ("data-pipelines", "ml-pipelines"):
             403,
         ),
     }
+# Data secrets: globex (pipelines.read) may not write them; reads go to the compiler, absent
+# here (503); the compiler only ever looks in the caller's own namespace, which
+# tests/integration/compiler/test_data_secrets.py shows with a real compiler.
+EXPECTED |= {
+    ("GET", "/api/v1/data-secrets"): ("/api/v1/data-secrets", 503),
+    ("GET", "/api/v1/data-secrets/{secret}"): ("/api/v1/data-secrets/warehouse", 503),
+    ("PUT", "/api/v1/data-secrets/{secret}"): ("/api/v1/data-secrets/warehouse", 403),
+    ("DELETE", "/api/v1/data-secrets/{secret}"): ("/api/v1/data-secrets/warehouse", 403),
+}
 
 
 async def _acme_pipelines(api: Api) -> None:

@@ -37,6 +37,7 @@ NEED_A_DEPENDENCY = "|".join(
         "POST .*/(stop|terminate|retry|submit)$",
         "(POST|PUT|DELETE) /api/v1/(data|ml)-pipelines",
         "GET /api/v1/(data|ml)-pipelines/.*/webhook$",
+        "(GET|PUT|DELETE) /api/v1/data-secrets",
     )
 )
 CONFIG = f"""

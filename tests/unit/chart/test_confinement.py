@@ -128,7 +128,9 @@ def test_the_compiler_creates_no_pod_or_binding_outside_tenant_namespaces(
 
 
 def test_within_a_tenant_namespace_it_gains_only_the_tenant_roles(admission: Admission) -> None:
-    """It may give itself Spark's rights there (so create pods): the tenant roles, no other."""
+    """It may give itself Spark's rights there (so create pods): the tenant roles, and roles
+    granting nothing it does not hold there already (``secret-reader``: it reads and lists the
+    namespace's Secrets for the tenant's data secrets), no other."""
     world = reachable(chart_world(), admission, COMPILER)
     gained = {
         (b["metadata"]["namespace"], b["roleRef"]["name"])
@@ -142,10 +144,11 @@ def test_within_a_tenant_namespace_it_gains_only_the_tenant_roles(admission: Adm
         "wm-tenant-spark",
         "wm-tenant-training",
         "wm-tenant-sensor",
+        "secret-reader",
     }
     assert {namespace for namespace, _ in gained} == {DATA}
     assert creates(world, admission, "pods", DATA)
-    assert not world.allows(COMPILER, Request("list", "", "secrets", DATA))
+    assert world.allows(COMPILER, Request("list", "", "secrets", DATA))
 
 
 def test_without_the_policy_rbac_alone_would_let_it_out() -> None:
@@ -156,7 +159,7 @@ def test_without_the_policy_rbac_alone_would_let_it_out() -> None:
     assert world.allows(
         COMPILER, Request("get", "", "secrets", "kube-system", "kubeopera-artifact-credentials")
     )
-    assert not world.allows(COMPILER, Request("list", "", "secrets", "kube-system"))
+    assert world.allows(COMPILER, Request("list", "", "secrets", "kube-system"))
 
 
 def test_every_write_of_provisioning_is_admitted(admission: Admission) -> None:

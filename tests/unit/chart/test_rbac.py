@@ -110,12 +110,16 @@ def test_the_compiler_reads_no_secret_and_creates_no_pod_anywhere_by_itself() ->
             assert not world.allows(COMPILER, Request(verb, "", "pods", namespace, "any"))
 
 
-def test_in_a_tenant_namespace_it_reads_back_only_the_two_secrets_it_writes() -> None:
+def test_in_a_tenant_namespace_it_manages_the_secrets_and_the_data_secrets() -> None:
+    """Its two Secrets, and the tenant's data secrets, named by the tenant: written, read,
+    listed (by label) and deleted. Never watched, never patched."""
     world = provisioned()
-    for name in (ARTIFACT_CREDENTIALS_SECRET, EXECUTOR_TOKEN_SECRET):
-        assert world.allows(COMPILER, Request("get", "", "secrets", DATA, name))
-    assert not world.allows(COMPILER, Request("get", "", "secrets", DATA, "tenant-own"))
-    for verb in ("list", "watch"):
+    for name in (ARTIFACT_CREDENTIALS_SECRET, EXECUTOR_TOKEN_SECRET, "warehouse"):
+        for verb in ("get", "update", "delete"):
+            assert world.allows(COMPILER, Request(verb, "", "secrets", DATA, name))
+    for verb in ("list", "create"):
+        assert world.allows(COMPILER, Request(verb, "", "secrets", DATA))
+    for verb in ("watch", "patch", "deletecollection"):
         assert not world.allows(COMPILER, Request(verb, "", "secrets", DATA))
     for verb in (*READS, *WRITES):
         assert not world.allows(COMPILER, Request(verb, "", "pods", DATA))

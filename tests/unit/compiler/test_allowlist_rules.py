@@ -49,7 +49,7 @@ def test_a_secret_is_referenced_only_when_it_is_one_of_the_tenants_data_secrets(
 ) -> None:
     assert run(document, data_secrets=frozenset({"s"})) == []
     assert found(document, data_secrets=frozenset({"other"})) == {("secret_reference", path)}
-    # Today no tenant has data secrets: every reference is refused, and the message says why.
+    # A tenant without data secrets: every reference is refused, and the message says why.
     violations = run(document, data_secrets=frozenset())
     assert [(v.rule, v.path) for v in violations] == [("secret_reference", path)]
     assert "has none yet" in violations[0].message

@@ -61,3 +61,11 @@ def test_a_request_aiohttp_cannot_parse_is_one_line_without_its_bytes(
     (passed,) = [r for r in caplog.records if r.name == "aiohttp.server"]
     assert passed.exc_info is not None
     assert isinstance(passed.exc_info[1], RuntimeError)
+
+
+def test_the_kubernetes_clients_debug_lines_are_never_written_even_at_debug() -> None:
+    """They hold whole response bodies: a Secret's data among them."""
+    import logging as stdlib
+
+    logging.configure(service="test", json=True, level="debug")
+    assert stdlib.getLogger("kubernetes_asyncio.client.rest").getEffectiveLevel() == stdlib.INFO
