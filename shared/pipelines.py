@@ -6,16 +6,23 @@ One schema for both sides: the apiserver refuses a malformed body with it before
 (``compiler.pipelines.definitions``, ``compiler.pipelines.service``), so both answer the
 same 400 for the same body. The body (docs/api.md, "Pipelines") is ``{"name", "description",
 "parameters", "definition", "schedule", "triggers", "notifications"}``; ``definition`` is a
-wizard specification, a WorkflowTemplate in YAML, or a Git reference.
+wizard specification, a WorkflowTemplate in YAML, or a Git reference; ``notifications`` the
+channels told when a run finishes (docs/pipeline-spec.md, "Notifications").
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from shared.errors import Invalid
+from shared.identifiers import (
+    DATA_SECRET_KEY_PATTERN,
+    DATA_SECRET_NAME_PATTERN,
+    DNS_LABEL_PATTERN,
+    RESERVED_SECRET_PREFIX,
+)
 from shared.validation import field_path
 
 PipelineKind = Literal["data", "ml"]
@@ -53,6 +60,60 @@ Definition = Annotated[
 ]
 
 
+def _data_secret(value: str) -> str:
+    if value.startswith(RESERVED_SECRET_PREFIX):
+        raise ValueError(f"secrets named {RESERVED_SECRET_PREFIX}* belong to the platform")
+    return value
+
+
+SecretName = Annotated[str, Field(pattern=DATA_SECRET_NAME_PATTERN), AfterValidator(_data_secret)]
+SecretKey = Annotated[str, Field(pattern=DATA_SECRET_KEY_PATTERN)]
+ChannelName = Annotated[str, Field(pattern=DNS_LABEL_PATTERN)]
+# When a channel is told: failure (Failed or Error), success (Succeeded) or always (either).
+NotifyOn = Literal["failure", "success", "always"]
+MAX_CHANNELS: Final = 10
+
+
+class SlackChannel(_Model):
+    """A Slack incoming webhook; its URL is the value of ``key`` in the data secret ``secret``
+    (read when a message is sent, never stored with the pipeline)."""
+
+    name: ChannelName
+    type: Literal["slack"]
+    secret: SecretName
+    key: SecretKey = "url"
+    on: NotifyOn = "failure"
+
+
+class PagerDutyChannel(_Model):
+    """A PagerDuty service through Events API v2; its routing (integration) key is the value of
+    ``key`` in the data secret ``secret``."""
+
+    name: ChannelName
+    type: Literal["pagerduty"]
+    secret: SecretName
+    key: SecretKey = "routing_key"
+    on: NotifyOn = "failure"
+    severity: Literal["critical", "error", "warning", "info"] = "error"
+
+
+NotificationChannel = Annotated[SlackChannel | PagerDutyChannel, Field(discriminator="type")]
+
+
+def _unique_names(channels: list[SlackChannel | PagerDutyChannel]) -> list[Any]:
+    seen: set[str] = set()
+    for channel in channels:
+        if channel.name in seen:
+            raise ValueError(f"two channels are named {channel.name!r}; names must be unique")
+        seen.add(channel.name)
+    return channels
+
+
+Notifications = Annotated[
+    list[NotificationChannel], Field(max_length=MAX_CHANNELS), AfterValidator(_unique_names)
+]
+
+
 # The parts of a body besides its definition that a version keeps (``pipeline_versions.settings``)
 # and that a pipeline's attachments (``compiler.pipelines.service.Attachment``) follow.
 SETTINGS_FIELDS: Final = ("schedule", "triggers", "notifications")
@@ -67,7 +128,7 @@ class PipelineBody(_Model):
     definition: Definition
     schedule: Any = None
     triggers: Any = None
-    notifications: Any = None
+    notifications: Notifications = []
 
     def settings(self) -> dict[str, Any]:
         """What a version records of the body besides its definition, JSON-shaped."""
@@ -84,9 +145,9 @@ def parse_body(data: object) -> PipelineBody:
         ]
         summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
         raise Invalid(f"the pipeline is invalid: {summary}", details={"errors": errors}) from exc
-    # Schedules, event triggers and notifications become CronWorkflows, sensors and deliveries
-    # with their own issues; accepting them now would promise runs that never happen.
-    for name in ("schedule", "triggers", "notifications"):
+    # Schedules and event triggers become CronWorkflows and sensors with their own issues;
+    # accepting them now would promise runs that never happen.
+    for name in ("schedule", "triggers"):
         if getattr(body, name) not in (None, [], {}):
             raise Invalid(
                 f"{name}: not available yet on this installation",
