@@ -82,7 +82,7 @@ def failed_steps(graph: Mapping[str, Any], *, workflow: str) -> list[FailedStep]
     retry attempt's ``(N)`` suffix is dropped, so the step reads as the wizard names it.
     """
     nodes = [node for node in graph.get("nodes") or () if isinstance(node, Mapping)]
-    failed = [node for node in nodes if node.get("phase") in _FAILED]
+    failed = [node for node in nodes if str(node.get("phase")) in _FAILED]
     leaves = [node for node in failed if not node.get("children")]
     chosen = leaves or [
         node for node in failed if workflow not in (node.get("id"), node.get("name"))
