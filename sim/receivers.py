@@ -11,7 +11,8 @@ demo; never shipped). One aiohttp server records every request that arrives, in 
   answers 400 ``{status: "invalid event", message, errors}``.
 
 Tests steer it: ``script(kind, Answer(...), ...)`` answers the next requests of a kind as
-given (a 429 with ``Retry-After``, a 500) instead of taking them; ``hold(kind, ...)`` holds
+given (a 429 with ``Retry-After``, a 500) instead of taking them, or takes one and cuts its
+connection before answering (``Cut()``); ``hold(kind, ...)`` holds
 requests, either as still on their way (``taken=False``: nothing is posted unless released)
 or taken and unanswered (``taken=True``: posted, the answer waits); ``wait_for`` waits on a
 condition over what arrived, never on time.
@@ -40,6 +41,12 @@ class Answer:
     status: int
     body: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A scripted end: the request is taken (posted, processed), then the connection is cut
+    before any answer, as when an answer is lost on its way back."""
 
 
 @dataclass
@@ -79,7 +86,7 @@ class Receivers:
         self.requests: list[Request] = []
         self.incidents: dict[str, Incident] = {}
         self.listeners: list[Callable[[Request], None]] = []
-        self._scripts: dict[Kind, list[Answer]] = {"slack": [], "pagerduty": []}
+        self._scripts: dict[Kind, list[Answer | Cut]] = {"slack": [], "pagerduty": []}
         self._holds: dict[Kind, _Hold] = {}
         self._changed = asyncio.Condition()
         self._seq = itertools.count(1)
@@ -140,9 +147,9 @@ class Receivers:
 
     # --- steering -----------------------------------------------------------------------
 
-    def script(self, kind: Kind, *answers: Answer) -> None:
-        """Answer the next requests of ``kind`` with ``answers``, in order, without taking
-        them."""
+    def script(self, kind: Kind, *answers: Answer | Cut) -> None:
+        """Answer the next requests of ``kind`` with ``answers``, in order: an ``Answer``
+        without taking the request, a ``Cut`` by taking it and cutting the connection."""
         self._scripts[kind].extend(answers)
 
     def hold(self, kind: Kind, *, taken: bool) -> None:
@@ -193,6 +200,12 @@ class Receivers:
         arrived = await self._arrived(kind, request)
         if self._scripts[kind]:
             answer = self._scripts[kind].pop(0)
+            if isinstance(answer, Cut):
+                take(arrived)
+                await self._notify()
+                if request.transport is not None:
+                    request.transport.abort()
+                raise web.HTTPServiceUnavailable()  # never written: the connection is gone
             arrived.status = answer.status
             await self._notify()
             return web.Response(status=answer.status, text=answer.body, headers=answer.headers)

@@ -35,6 +35,9 @@ ACTOR: Final = "workflow-manager"
 ACTION: Final = "notify"
 FINAL_STATES: Final = ("sent", "failed", "unconfirmed")
 
+# The migration writes the one row; should it ever be missing, reading starts again from the
+# start of the change log (the unique key keeps what was enqueued already from coming twice).
+_ENSURE_CURSOR = "INSERT INTO notification_cursor (id, seq) VALUES (true, 0) ON CONFLICT DO NOTHING"
 _READ_CURSOR = "SELECT seq FROM notification_cursor FOR UPDATE"
 _BOUNDS = "SELECT min(seq) AS oldest, coalesce(max(seq), 0) AS newest FROM run_changes"
 # A change that finished a run of one of the tenant's own pipelines (tenancy from the namespace,
@@ -172,14 +175,15 @@ class NotificationStore:
 
     async def cursor(self) -> int:
         with translate_db_errors():
-            value = await self._pool.fetchval("SELECT seq FROM notification_cursor")
-        return int(value)
+            value = await self._pool.fetchval("SELECT max(seq) FROM notification_cursor")
+        return int(value or 0)
 
     async def lag(self) -> int:
         """Changes committed after the cursor."""
         with translate_db_errors():
             value = await self._pool.fetchval(
-                "SELECT count(*) FROM run_changes WHERE seq > (SELECT seq FROM notification_cursor)"
+                "SELECT count(*) FROM run_changes "
+                "WHERE seq > (SELECT coalesce(max(seq), 0) FROM notification_cursor)"
             )
         return int(value)
 
@@ -190,6 +194,7 @@ class NotificationStore:
         makes of each and move the cursor past them, in one transaction."""
         with translate_db_errors():
             async with self._pool.acquire() as conn, conn.transaction():
+                await conn.execute(_ENSURE_CURSOR)
                 cursor = int(await conn.fetchval(_READ_CURSOR))
                 bounds = await conn.fetchrow(_BOUNDS)
                 newest = int(bounds["newest"])
