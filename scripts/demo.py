@@ -428,6 +428,8 @@ async def main() -> None:
         stale.unlink()
     url = await fresh_database()
     sys.path.insert(0, str(ROOT))
+    import showcase_notifications
+
     from shared.db.migrations import apply_migrations
 
     await apply_migrations(url)  # the deployables would too; the feed below needs the tables
@@ -494,6 +496,7 @@ async def main() -> None:
             "ARGO_DATA_INSTANCE_ID": data_argo["instance_id"],
             "LOG_JSON": "false",
             "POD_NAME": "demo",
+            **showcase_notifications.COMPILER_ENV,
         }
         for name, (http_port, health_port) in DEPLOYABLES.items():
             env = {**base_env, "HEALTH_PORT": str(health_port)}
@@ -522,6 +525,11 @@ async def main() -> None:
             showcase_task,
             asyncio.create_task(pipelines_showcase()),
             asyncio.create_task(inference_showcase(url, processes)),
+            asyncio.create_task(
+                showcase_notifications.notifications_showcase(
+                    api=API, headers=TENANT_HEADERS, kubeconfig=host["kubeconfig"], log=log
+                )
+            ),
         ]
         while True:
             await asyncio.sleep(1)
