@@ -50,6 +50,7 @@ from shared.db.notifications import Delivery, FinishedChange, NotificationStore
 from shared.db.pool import connect, translate_db_errors
 from shared.errors import DependencyDown, NotFound, WorkflowManagerError
 from shared.logging import get_logger
+from shared.pipelines import PagerDutyChannel, SlackChannel
 from shared.runs import RunPhase
 
 log = get_logger(__name__)
@@ -60,6 +61,7 @@ INTERRUPTED: Final = (
     "and is not sent again (Slack has no idempotency key)"
 )
 PRUNE_EVERY: Final = 3600.0
+VERSIONS_CACHED: Final = 1024
 
 ENQUEUED = Counter(
     "wm_notifications_enqueued_total", "Deliveries enqueued (one per run and channel)", ["type"]
@@ -79,7 +81,7 @@ class SenderConfig:
     retention_days: int
     poll_interval: float = 30.0
     concurrency: int = 8
-    batch: int = 50
+    batch: int = 200
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SenderConfig:
@@ -107,6 +109,7 @@ class NotificationSender:
         self._dsn = listen_dsn
         self._jitter = jitter
         self._deliverable = asyncio.Event()
+        self._versions: dict[tuple[str, int], list[SlackChannel | PagerDutyChannel]] = {}
 
     async def run(self) -> None:
         """Settle what a stopped sender left in flight, then enqueue and deliver until
@@ -143,9 +146,19 @@ class NotificationSender:
             if not batch.more:
                 return enqueued
 
+    def _channels(self, change: FinishedChange) -> list[SlackChannel | PagerDutyChannel]:
+        """The version's channels, parsed once per version (versions never change)."""
+        key = (change.pipeline_id, change.pipeline_version)
+        channels = self._versions.get(key)
+        if channels is None:
+            if len(self._versions) >= VERSIONS_CACHED:
+                self._versions.clear()
+            channels = self._versions[key] = channels_of(change.settings)
+        return channels
+
     def _plan(self, change: FinishedChange) -> list[PlannedDelivery]:
         try:
-            channels = channels_of(change.settings)
+            channels = self._channels(change)
         except UnreadableChannels as exc:
             log.error(
                 "notification_channels_unreadable",

@@ -40,27 +40,38 @@ FINAL_STATES: Final = ("sent", "failed", "unconfirmed")
 _ENSURE_CURSOR = "INSERT INTO notification_cursor (id, seq) VALUES (true, 0) ON CONFLICT DO NOTHING"
 _READ_CURSOR = "SELECT seq FROM notification_cursor FOR UPDATE"
 _BOUNDS = "SELECT min(seq) AS oldest, coalesce(max(seq), 0) AS newest FROM run_changes"
-# A change that finished a run of one of the tenant's own pipelines (tenancy from the namespace,
-# never from the run's labels), on the host cluster where pipelines run, whose version — the
-# one the run was started from; the current one when the run names none — has channels.
+# The next ``$3`` changes after the cursor that finished a run (a batch scans at most that many,
+# in seq order, whatever they belong to), each with its run when that run is one of the
+# tenant's own pipelines (tenancy from the namespace, never from the run's labels) on the host
+# cluster where pipelines run, and its version — the one the run was started from; the current
+# one when the run names none — has channels; else the run's columns are NULL. Of the run's
+# graph (up to 1 MiB) only the failed nodes are read: the failed step is among them.
 _FINISHED_CHANGES = f"""
-SELECT c.seq, c.phase AS change_phase, r.cluster_id, r.namespace, r.name, r.uid, r.tenant,
-       r.started_at, r.finished_at, r.duration_seconds, r.message, r.graph,
-       p.id AS pipeline_id, p.name AS pipeline_name, v.version, v.settings
-FROM run_changes AS c
-JOIN runs AS r ON r.id = c.run_id
-JOIN clusters AS k ON k.id = r.cluster_id AND k.is_host
-JOIN pipelines AS p ON p.id = r.pipeline_id AND p.tenant = r.tenant
-JOIN pipeline_versions AS v ON v.pipeline_id = p.id AND v.version = (
-    CASE WHEN r.pipeline_version ~ '^[0-9]{{1,9}}$' THEN r.pipeline_version::integer
-         ELSE p.current_version END)
-WHERE c.seq > $1 AND c.seq <= $2
-  AND c.phase IN ('Succeeded', 'Failed', 'Error')
-  AND r.namespace = '{DATA_NAMESPACE_PREFIX}' || r.tenant
-  AND jsonb_typeof(v.settings -> 'notifications') = 'array'
-  AND jsonb_array_length(v.settings -> 'notifications') > 0
+SELECT c.seq, c.phase AS change_phase, m.*
+FROM (
+    SELECT seq, run_id, phase FROM run_changes
+    WHERE seq > $1 AND seq <= $2 AND phase IN ('Succeeded', 'Failed', 'Error')
+    ORDER BY seq LIMIT $3
+) AS c
+LEFT JOIN LATERAL (
+    SELECT r.cluster_id, r.namespace, r.name, r.uid, r.tenant, r.started_at, r.finished_at,
+           r.duration_seconds, r.message,
+           jsonb_build_object('nodes', coalesce(jsonb_path_query_array(r.graph,
+               '$.nodes[*] ? (@.phase == "Failed" || @.phase == "Error")'), '[]'::jsonb))
+               AS graph,
+           p.id AS pipeline_id, p.name AS pipeline_name, v.version, v.settings
+    FROM runs AS r
+    JOIN clusters AS k ON k.id = r.cluster_id AND k.is_host
+    JOIN pipelines AS p ON p.id = r.pipeline_id AND p.tenant = r.tenant
+    JOIN pipeline_versions AS v ON v.pipeline_id = p.id AND v.version = (
+        CASE WHEN r.pipeline_version ~ '^[0-9]{{1,9}}$' THEN r.pipeline_version::integer
+             ELSE p.current_version END)
+    WHERE r.id = c.run_id
+      AND r.namespace = '{DATA_NAMESPACE_PREFIX}' || r.tenant
+      AND jsonb_typeof(v.settings -> 'notifications') = 'array'
+      AND jsonb_array_length(v.settings -> 'notifications') > 0
+) AS m ON true
 ORDER BY c.seq
-LIMIT $3
 """
 _INSERT_DELIVERIES = """
 INSERT INTO notification_deliveries (run_uid, channel, type, cluster_id, namespace, name, tenant,
@@ -95,7 +106,7 @@ class FinishedChange:
     finished_at: datetime | None
     duration_seconds: float | None
     message: str | None
-    graph: dict[str, Any]
+    graph: dict[str, Any]  # {"nodes": [the failed nodes]}
     pipeline_id: str
     pipeline_name: str
     pipeline_version: int
@@ -200,14 +211,14 @@ class NotificationStore:
                 newest = int(bounds["newest"])
                 oldest = bounds["oldest"]
                 rows = await conn.fetch(_FINISHED_CHANGES, cursor, newest, limit)
-                changes = [_finished(row) for row in rows]
+                changes = [_finished(row) for row in rows if row["uid"] is not None]
                 planned = [(change, item) for change in changes for item in plan(change)]
                 enqueued = 0
                 if planned:
                     status = await conn.execute(_INSERT_DELIVERIES, *_columns(planned))
                     enqueued = int(status.split()[-1])
                 more = len(rows) == limit
-                moved_to = changes[-1].seq if more else newest
+                moved_to = int(rows[-1]["seq"]) if more else newest
                 if moved_to > cursor:
                     await conn.execute(
                         "UPDATE notification_cursor SET seq = $1, updated_at = now()", moved_to
