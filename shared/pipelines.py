@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from shared.errors import Invalid
 from shared.identifiers import (
@@ -109,8 +109,16 @@ def _unique_names(channels: list[SlackChannel | PagerDutyChannel]) -> list[Any]:
     return channels
 
 
+def _none_is_empty(value: object) -> object:
+    return [] if value is None else value
+
+
+# ``null`` reads as no channels, as it did before channels existed.
 Notifications = Annotated[
-    list[NotificationChannel], Field(max_length=MAX_CHANNELS), AfterValidator(_unique_names)
+    list[NotificationChannel],
+    BeforeValidator(_none_is_empty),
+    Field(max_length=MAX_CHANNELS),
+    AfterValidator(_unique_names),
 ]
 
 

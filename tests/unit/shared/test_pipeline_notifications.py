@@ -63,6 +63,7 @@ def test_channels_are_recorded_with_their_defaults_and_never_a_value() -> None:
 def test_no_channels_is_an_empty_list() -> None:
     assert parse_body({"name": "n", "definition": YAML}).settings()["notifications"] == []
     assert parse_body(body([])).notifications == []
+    assert parse_body(body(None)).notifications == []
 
 
 @pytest.mark.parametrize(
