@@ -89,6 +89,10 @@ SCHEMAS: dict[str, Any] = {
                     "labels": {"type": "object"},
                     "graph": {"type": "object"},
                     "actions": {"type": "array", "items": {"$ref": "#/components/schemas/Action"}},
+                    "notifications": {
+                        "type": "array",
+                        "items": {"$ref": "#/components/schemas/NotificationDelivery"},
+                    },
                 },
             },
         ]
@@ -102,6 +106,25 @@ SCHEMAS: dict[str, Any] = {
             "outcome": {"type": "string", "enum": ["succeeded", "failed"]},
             "detail": {"type": "object"},
             "at": {"type": "string", "format": "date-time"},
+        },
+    },
+    "NotificationDelivery": {
+        "type": "object",
+        "description": "One channel told of the run's finish (docs/operations.md).",
+        "required": ["channel", "type", "state", "attempts"],
+        "properties": {
+            "channel": {"type": "string"},
+            "type": {"type": "string", "enum": ["slack", "pagerduty"]},
+            "state": {
+                "type": "string",
+                "enum": ["pending", "sending", "sent", "failed", "unconfirmed"],
+            },
+            "attempts": {"type": "integer"},
+            "status_code": {"type": "integer", "nullable": True},
+            "last_error": {"type": "string", "nullable": True},
+            "attempted_at": {"type": "string", "format": "date-time", "nullable": True},
+            "sent_at": {"type": "string", "format": "date-time", "nullable": True},
+            "created_at": {"type": "string", "format": "date-time"},
         },
     },
     "ActionResult": {

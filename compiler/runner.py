@@ -1,9 +1,11 @@
 """Wires the compiler deployable: migrations, the pool, the host cluster's client, tenant
-provisioning with its leader-elected reconciler, and the internal API on HTTP_PORT.
+provisioning with its leader-elected reconciler, the run notification sender, and the internal
+API on HTTP_PORT.
 
 Every replica serves the internal API (validate, save, run: the apiserver's calls); only the
 leader of the ``wm-compiler`` lease runs the reconciler, so one replica at a time walks every
-tenant looking for drift.
+tenant looking for drift, and only the leader of ``wm-compiler-notify`` sends notifications (a
+lease of its own, so the two may land on different replicas).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from compiler.automation.service import ScheduleService
 from compiler.automation.webhooks import EventTriggers
 from compiler.internal_api import create_app
 from compiler.k8s_objects import KubeObjects
+from compiler.notifications.service import NotificationSender, SenderConfig
 from compiler.pipelines.compile import StepLimits
 from compiler.pipelines.service import Limits, PipelineService
 from compiler.secrets.service import DataSecretService
@@ -41,6 +44,7 @@ from shared.tasks import Supervisor
 log = get_logger(__name__)
 
 LEASE_NAME = "wm-compiler"
+NOTIFY_LEASE_NAME = "wm-compiler-notify"
 
 
 @dataclass
@@ -51,6 +55,7 @@ class Parts:
     service: PipelineService
     app: web.Application
     schedules: ScheduleService
+    notifications: NotificationSender
     secrets: DataSecretService | None = None
 
 
@@ -128,7 +133,13 @@ def assemble(
         internal_key=key.get_secret_value() if key else None,
         data_secrets=secrets,
     )
-    return Parts(pool, host_api, tenants, service, app, schedules, secrets)
+    notifications = NotificationSender(
+        pool=pool,
+        objects=objects,
+        config=SenderConfig.from_settings(settings),
+        listen_dsn=settings,
+    )
+    return Parts(pool, host_api, tenants, service, app, schedules, notifications, secrets)
 
 
 @contextlib.asynccontextmanager
@@ -146,7 +157,8 @@ async def compiler_parts(settings: Settings) -> AsyncIterator[Parts]:
 
 
 async def run(settings: Settings, workers: Supervisor) -> None:
-    """Serve the internal API and, while leading, reconcile tenants; until cancelled."""
+    """Serve the internal API and, while leading, reconcile tenants and send notifications
+    (two leases); until cancelled."""
     async with (
         HealthServer.from_settings(settings) as health,
         compiler_parts(settings) as parts,
@@ -165,11 +177,16 @@ async def run(settings: Settings, workers: Supervisor) -> None:
             gc.collect()
             gc.freeze()
             elector = LeaderElector.from_settings(parts.host_api, settings, name=LEASE_NAME)
+            notifier = LeaderElector.from_settings(parts.host_api, settings, name=NOTIFY_LEASE_NAME)
             interval = settings.TENANT_RECONCILE_INTERVAL
-            async with elector:
+            async with elector, notifier:
                 workers.spawn(
                     "tenants",
                     lambda: elector.run_while_leading(lambda: parts.tenants.loop(interval)),
+                )
+                workers.spawn(
+                    "notifications",
+                    lambda: notifier.run_while_leading(parts.notifications.run),
                 )
                 log.info("compiler_started", port=settings.HTTP_PORT, health_port=health.port)
                 await asyncio.Event().wait()

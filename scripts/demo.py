@@ -435,6 +435,8 @@ async def main() -> None:
         stale.unlink()
     url = await fresh_database()
     sys.path.insert(0, str(ROOT))
+    import showcase_notifications
+
     from shared.db.migrations import apply_migrations
 
     await apply_migrations(url)  # the deployables would too; the feed below needs the tables
@@ -503,6 +505,7 @@ async def main() -> None:
             "POD_NAME": "demo",
             # The sim runs on the wall clock: a schedule every minute shows a run soon.
             "SCHEDULE_MIN_INTERVAL": "1m",
+            **showcase_notifications.COMPILER_ENV,
         }
         for name, (http_port, health_port) in DEPLOYABLES.items():
             env = {**base_env, "HEALTH_PORT": str(health_port)}
@@ -534,6 +537,11 @@ async def main() -> None:
             asyncio.create_task(schedules_showcase(API, TENANT_HEADERS, log)),
             asyncio.create_task(triggers_showcase(API, TENANT_HEADERS, world)),
             asyncio.create_task(secrets_showcase(API, API_KEY, log, delay=20)),
+            asyncio.create_task(
+                showcase_notifications.notifications_showcase(
+                    api=API, headers=TENANT_HEADERS, kubeconfig=host["kubeconfig"], log=log
+                )
+            ),
         ]
         while True:
             await asyncio.sleep(1)

@@ -123,6 +123,13 @@ class Settings(BaseSettings):
     INFERENCE_AUTH_STALE_FOR: Seconds = 300.0
     INFERENCE_AUTH_NEGATIVE_TTL: Seconds = 30.0
     INFERENCE_AUTH_REDIS_TIMEOUT: Seconds = 0.1
+    # Run notifications (the compiler's leader sends them): PagerDuty's Events API v2 endpoint,
+    # and the only URL prefixes a tenant's Slack webhook may have (anything else would let a
+    # tenant make the compiler POST into the cluster's network).
+    PAGERDUTY_EVENTS_URL: str = "https://events.pagerduty.com/v2/enqueue"
+    SLACK_WEBHOOK_URL_PREFIXES: CsvStrs = Field(
+        default_factory=lambda: ["https://hooks.slack.com/"]
+    )
 
     @field_validator("LOG_LEVEL")
     @classmethod

@@ -23,3 +23,9 @@ CLUSTER_ID: Final = re.compile(CLUSTER_ID_PATTERN)
 # Kubernetes names: a namespace is a DNS-1123 label, most other objects a DNS-1123 subdomain.
 DNS_LABEL_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# A tenant's data secret (a Kubernetes Secret in its namespace) and one of its keys, as a
+# pipeline references them (wizard steps' ``from_secret``, notification channels). Names
+# starting with RESERVED_SECRET_PREFIX are the platform's own Secrets, never a tenant's.
+DATA_SECRET_NAME_PATTERN: Final = r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$"
+DATA_SECRET_KEY_PATTERN: Final = r"^[-._A-Za-z0-9]{1,253}$"
+RESERVED_SECRET_PREFIX: Final = "kubeopera-"

@@ -7,9 +7,11 @@ One schema for both sides: the apiserver refuses a malformed body with it before
 same 400 for the same body. The body (docs/api.md, "Pipelines") is ``{"name", "description",
 "parameters", "definition", "schedule", "triggers", "notifications", "release"}``;
 ``definition`` is a wizard specification, a WorkflowTemplate in YAML, or a Git reference;
-``release`` (ML pipelines only) names the model the run produces, its scorecard and the gate it
-must pass (docs/pipeline-spec.md, "Releases"). Whether the steps and artifacts it names exist is
-judged against the rendered template by the compiler (``compiler.pipelines.release``).
+``notifications`` the channels told when a run finishes (docs/pipeline-spec.md,
+"Notifications"); ``release`` (ML pipelines only) names the model the run produces, its
+scorecard and the gate it must pass (docs/pipeline-spec.md, "Releases"). Whether the steps and
+artifacts it names exist is judged against the rendered template by the compiler
+(``compiler.pipelines.release``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -29,7 +32,13 @@ from pydantic import (
 
 from shared.errors import Invalid
 from shared.event_selectors import parse_selector
-from shared.identifiers import TRIGGER_NAME_PATTERN
+from shared.identifiers import (
+    DATA_SECRET_KEY_PATTERN,
+    DATA_SECRET_NAME_PATTERN,
+    DNS_LABEL_PATTERN,
+    RESERVED_SECRET_PREFIX,
+    TRIGGER_NAME_PATTERN,
+)
 from shared.validation import field_path
 
 PipelineKind = Literal["data", "ml"]
@@ -168,6 +177,68 @@ class WebhookTrigger(_Model):
     ] = {}
 
 
+def _data_secret(value: str) -> str:
+    if value.startswith(RESERVED_SECRET_PREFIX):
+        raise ValueError(f"secrets named {RESERVED_SECRET_PREFIX}* belong to the platform")
+    return value
+
+
+SecretName = Annotated[str, Field(pattern=DATA_SECRET_NAME_PATTERN), AfterValidator(_data_secret)]
+SecretKey = Annotated[str, Field(pattern=DATA_SECRET_KEY_PATTERN)]
+ChannelName = Annotated[str, Field(pattern=DNS_LABEL_PATTERN)]
+# When a channel is told: failure (Failed or Error), success (Succeeded) or always (either).
+NotifyOn = Literal["failure", "success", "always"]
+MAX_CHANNELS: Final = 10
+
+
+class SlackChannel(_Model):
+    """A Slack incoming webhook; its URL is the value of ``key`` in the data secret ``secret``
+    (read when a message is sent, never stored with the pipeline)."""
+
+    name: ChannelName
+    type: Literal["slack"]
+    secret: SecretName
+    key: SecretKey = "url"
+    on: NotifyOn = "failure"
+
+
+class PagerDutyChannel(_Model):
+    """A PagerDuty service through Events API v2; its routing (integration) key is the value of
+    ``key`` in the data secret ``secret``."""
+
+    name: ChannelName
+    type: Literal["pagerduty"]
+    secret: SecretName
+    key: SecretKey = "routing_key"
+    on: NotifyOn = "failure"
+    severity: Literal["critical", "error", "warning", "info"] = "error"
+
+
+NotificationChannel = Annotated[SlackChannel | PagerDutyChannel, Field(discriminator="type")]
+
+
+def _unique_names(channels: list[SlackChannel | PagerDutyChannel]) -> list[Any]:
+    seen: set[str] = set()
+    for channel in channels:
+        if channel.name in seen:
+            raise ValueError(f"two channels are named {channel.name!r}; names must be unique")
+        seen.add(channel.name)
+    return channels
+
+
+def _none_is_empty(value: object) -> object:
+    return [] if value is None else value
+
+
+# ``null`` reads as no channels, as it did before channels existed.
+Notifications = Annotated[
+    list[NotificationChannel],
+    BeforeValidator(_none_is_empty),
+    Field(max_length=MAX_CHANNELS),
+    AfterValidator(_unique_names),
+]
+
+
 # The parts of a body besides its definition that a version keeps (``pipeline_versions.settings``)
 # and that a pipeline's attachments (``compiler.pipelines.service.Attachment``) follow.
 SETTINGS_FIELDS: Final = ("schedule", "triggers", "notifications", "release")
@@ -182,7 +253,7 @@ class PipelineBody(_Model):
     definition: Definition
     schedule: Schedule | None = None
     triggers: Annotated[list[WebhookTrigger], Field(max_length=MAX_TRIGGERS)] | None = None
-    notifications: Any = None
+    notifications: Notifications = []
     release: Release | None = None
 
     @field_validator("triggers")
@@ -211,14 +282,6 @@ def parse_body(data: object, kind: PipelineKind | None = None) -> PipelineBody:
         ]
         summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
         raise Invalid(f"the pipeline is invalid: {summary}", details={"errors": errors}) from exc
-    # Notifications become deliveries with their own issue; accepting them now would promise
-    # messages that are never sent.
-    for name in ("notifications",):
-        if getattr(body, name) not in (None, [], {}):
-            raise Invalid(
-                f"{name}: not available yet on this installation",
-                details={"errors": [{"field": name, "message": "not available yet"}]},
-            )
     if kind is not None:
         check_kind(body, kind)
     return body

@@ -338,6 +338,27 @@ _PIPELINE_BODY = {
                 },
             },
         },
+        "notifications": {
+            "type": "array",
+            "maxItems": 10,
+            "description": "Channels told when a run finishes (docs/pipeline-spec.md).",
+            "items": {
+                "type": "object",
+                "required": ["name", "type", "secret"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "type": {"type": "string", "enum": ["slack", "pagerduty"]},
+                    "secret": {"type": "string", "description": "A data secret's name."},
+                    "key": {"type": "string", "description": "Default url / routing_key."},
+                    "on": {"type": "string", "enum": ["failure", "success", "always"]},
+                    "severity": {
+                        "type": "string",
+                        "enum": ["critical", "error", "warning", "info"],
+                        "description": "PagerDuty only.",
+                    },
+                },
+            },
+        },
     },
 }
 _ERRORS = {400: "Error", 403: "Error", 404: "Error", 409: "Error", 422: "Error", 503: "Error"}

@@ -20,10 +20,12 @@ from apiserver.runs.query import (
     RunFilters,
     count_query,
     detail_query,
+    iso,
     list_query,
     summary_query,
 )
 from apiserver.scope import Scope
+from shared.db.notifications import DeliveryView, deliveries_of_run
 from shared.db.pool import translate_db_errors
 
 # asyncpg ships no types; a Record reads like a mapping of column name to value.
@@ -83,6 +85,24 @@ class RunReader:
                 (cluster_id, namespace, name, limit),
             )
         )
+
+    async def notifications(self, *, cluster_id: str, run_uid: str) -> list[DeliveryView]:
+        """The run's notification deliveries (``shared.db.notifications``), by channel."""
+        return await deliveries_of_run(self._pool, cluster_id=cluster_id, run_uid=run_uid)
+
+
+def notification_item(delivery: DeliveryView) -> dict[str, Any]:
+    return {
+        "channel": delivery.channel,
+        "type": delivery.type,
+        "state": delivery.state,
+        "attempts": delivery.attempts,
+        "status_code": delivery.status_code,
+        "last_error": delivery.last_error,
+        "attempted_at": iso(delivery.attempted_at),
+        "sent_at": iso(delivery.sent_at),
+        "created_at": iso(delivery.created_at),
+    }
 
 
 def action_item(row: Any) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from aiohttp import web
 from apiserver.auth import Identity, Permission, identity_of
 from apiserver.params import query_params
 from apiserver.routing import API_PREFIX, PAGE, Param, RouteSpec
-from apiserver.runs.pg_runs import Row, action_item
+from apiserver.runs.pg_runs import Row, action_item, notification_item
 from apiserver.runs.query import (
     AFTER_PARAM,
     BEFORE_PARAM,
@@ -149,6 +149,8 @@ async def detail(request: web.Request) -> web.Response:
     body["labels"] = row["labels"] or {}
     body["graph"] = row["graph"] or {}
     body["actions"] = [action_item(action) for action in actions]
+    deliveries = await services.runs.notifications(cluster_id=row["cluster_id"], run_uid=row["uid"])
+    body["notifications"] = [notification_item(delivery) for delivery in deliveries]
     return web.json_response(body)
 
 
@@ -179,7 +181,7 @@ ROUTES = (
         RUN_PATH,
         detail,
         Permission.WORKFLOWS_READ,
-        "A run with its graph and action history.",
+        "A run with its graph, action history and notification deliveries.",
         "workflows",
         query=(FILTER_DOCS[-1],),
         responses={200: "RunDetail", 404: "Error"},

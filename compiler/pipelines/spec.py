@@ -28,20 +28,24 @@ from compiler.pipelines import expressions
 from shared import stages
 from shared.config import parse_duration
 from shared.errors import Invalid
+from shared.identifiers import (
+    DATA_SECRET_KEY_PATTERN,
+    DATA_SECRET_NAME_PATTERN,
+    RESERVED_SECRET_PREFIX,
+)
 from shared.quantity import cpu_millis, memory_bytes
 from shared.validation import field_path
 
 API_VERSION: Final = "pipelines.kubeopera.io/v1"
 MAX_STEPS: Final = 300
 MAX_FILTER: Final = 4096
-RESERVED_SECRET_PREFIX: Final = "kubeopera-"
 RESERVED_STEP_NAMES: Final = frozenset({"and", "or", "not", "pipeline"})
 
 _STEP_NAME: Final = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 _PARAM_NAME: Final = r"^[A-Za-z_][A-Za-z0-9_-]{0,62}$"
 _ENV_NAME: Final = r"^[A-Za-z_][A-Za-z0-9_.-]{0,254}$"
-_SECRET_NAME: Final = r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$"
-_SECRET_KEY: Final = r"^[-._A-Za-z0-9]{1,253}$"
+_SECRET_NAME: Final = DATA_SECRET_NAME_PATTERN
+_SECRET_KEY: Final = DATA_SECRET_KEY_PATTERN
 _REFERENCE: Final = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.[A-Za-z_][A-Za-z0-9_-]{0,62}$"
 _PLACEHOLDER: Final = re.compile(r"\{\{\s*(workflow|inputs)\.parameters\.([A-Za-z0-9_-]+)\s*\}\}")
 MAX_TIMEOUT_SECONDS: Final = 7 * 86400
