@@ -12,6 +12,7 @@ they are.
     DELETE /internal/v1/pipelines/{kind}/{id}          {tenant, actor}
     POST   /internal/v1/pipelines/{kind}/{id}/rollback {tenant, actor, version}
     POST   /internal/v1/pipelines/{kind}/{id}/run      {tenant, actor, parameters}
+    POST   /internal/v1/pipelines/{kind}/{id}/sync     {tenant, actor}
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Final, cast
 
 from aiohttp import web
 
+from compiler.gitsync.syncing import GitSync
 from compiler.pipelines.service import Caller, PipelineService
 from shared.errors import Invalid, NotFound
 from shared.identifiers import PIPELINE_ID, TENANT_ID
@@ -30,6 +32,7 @@ INTERNAL_KEY_HEADER: Final = "X-Internal-Key"
 PREFIX: Final = "/internal/v1/pipelines"
 MAX_BODY: Final = 1024 * 1024  # a YAML template may be 512 KiB, inside JSON
 SERVICE = web.AppKey("pipelines", PipelineService)
+GIT = web.AppKey("git", GitSync)
 
 
 def _kind(request: web.Request) -> PipelineKind:
@@ -101,7 +104,15 @@ async def run(request: web.Request) -> web.Response:
     return web.json_response(result, status=201)
 
 
-def create_app(service: PipelineService, *, internal_key: str | None) -> web.Application:
+async def sync(request: web.Request) -> web.Response:
+    caller, _ = await _call(request)
+    result = await request.app[GIT].sync_now(caller, _kind(request), _pipeline_id(request))
+    return web.json_response(result)
+
+
+def create_app(
+    service: PipelineService, git: GitSync, *, internal_key: str | None
+) -> web.Application:
     app = web.Application(
         middlewares=[
             error_middleware("compiler"),
@@ -111,10 +122,12 @@ def create_app(service: PipelineService, *, internal_key: str | None) -> web.App
     )
     app.on_response_prepare.append(request_id_header)
     app[SERVICE] = service
+    app[GIT] = git
     app.router.add_post(f"{PREFIX}/{{kind}}/validate", validate)
     app.router.add_post(f"{PREFIX}/{{kind}}", create)
     app.router.add_put(f"{PREFIX}/{{kind}}/{{id}}", update)
     app.router.add_delete(f"{PREFIX}/{{kind}}/{{id}}", delete)
     app.router.add_post(f"{PREFIX}/{{kind}}/{{id}}/rollback", rollback)
     app.router.add_post(f"{PREFIX}/{{kind}}/{{id}}/run", run)
+    app.router.add_post(f"{PREFIX}/{{kind}}/{{id}}/sync", sync)
     return app

@@ -1,9 +1,11 @@
 """Wires the compiler deployable: migrations, the pool, the host cluster's client, tenant
-provisioning with its leader-elected reconciler, and the internal API on HTTP_PORT.
+provisioning with its leader-elected reconciler, Git sync with its leader-elected poller, and the
+internal API on HTTP_PORT.
 
-Every replica serves the internal API (validate, save, run: the apiserver's calls); only the
-leader of the ``wm-compiler`` lease runs the reconciler, so one replica at a time walks every
-tenant looking for drift.
+Every replica serves the internal API (validate, save, run, sync: the apiserver's calls); only
+the leader of the ``wm-compiler`` lease runs the reconciler, so one replica at a time walks every
+tenant looking for drift, and only the leader of ``wm-compiler-git`` polls the Git-defined
+pipelines (the two leases may land on different replicas, which spreads the work).
 """
 
 from __future__ import annotations
@@ -19,10 +21,15 @@ import asyncpg
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
+from compiler.gitsync.git_cli import GitCli
+from compiler.gitsync.http_refs import RefLister
+from compiler.gitsync.repositories import GitRepositories
+from compiler.gitsync.syncing import GitSync
 from compiler.internal_api import create_app
 from compiler.k8s_objects import KubeObjects
 from compiler.pipelines.compile import StepLimits
 from compiler.pipelines.service import Limits, PipelineService
+from compiler.pipelines.yamldoc import MAX_BYTES as MAX_DOCUMENT_BYTES
 from compiler.tenants.service import TenantProvisioner
 from compiler.tenants.storage_users import StorageUsers
 from shared.argo import ArgoServer
@@ -38,6 +45,7 @@ from shared.tasks import Supervisor
 log = get_logger(__name__)
 
 LEASE_NAME = "wm-compiler"
+GIT_LEASE_NAME = "wm-compiler-git"
 
 
 @dataclass
@@ -46,6 +54,7 @@ class Parts:
     host_api: ApiClient
     tenants: TenantProvisioner
     service: PipelineService
+    git: GitSync
     app: web.Application
 
 
@@ -92,6 +101,22 @@ def assemble(
         storage=storage,
     )
     argo = ArgoServer.from_url(host_api, settings.ARGO_DATA_SERVER_URL)
+    refs = RefLister(
+        timeout=settings.GIT_TIMEOUT,
+        ca_bundle=settings.GIT_CA_BUNDLE,
+        connections=settings.GIT_SYNC_CONCURRENCY,
+    )
+    repositories = GitRepositories(
+        secrets=objects,
+        refs=refs,
+        cli=GitCli(
+            workdir=settings.GIT_WORKDIR,
+            ca_bundle=settings.GIT_CA_BUNDLE,
+            timeout=settings.GIT_TIMEOUT,
+            max_fetch_bytes=settings.GIT_FETCH_MAX_BYTES,
+            max_document_bytes=MAX_DOCUMENT_BYTES,
+        ),
+    )
 
     async def lint(namespace: str, template: Mapping[str, Any]) -> object:
         return await argo.lint_template(namespace, template)
@@ -103,12 +128,24 @@ def assemble(
         lint=lint,
         limits=limits_of(settings),
         instance_id=settings.ARGO_DATA_INSTANCE_ID,
+        git=repositories,
+    )
+    git = GitSync(
+        pool=pool,
+        repositories=repositories,
+        service=service,
+        concurrency=settings.GIT_SYNC_CONCURRENCY,
     )
     key = settings.INTERNAL_API_KEY
     if key is None:
         log.warning("internal_api_key_unset", consequence="every request is refused")
-    app = create_app(service, internal_key=key.get_secret_value() if key else None)
-    return Parts(pool, host_api, tenants, service, app)
+    app = create_app(service, git, internal_key=key.get_secret_value() if key else None)
+
+    async def close_refs(_: web.Application) -> None:
+        await refs.close()
+
+    app.on_cleanup.append(close_refs)
+    return Parts(pool, host_api, tenants, service, git, app)
 
 
 @contextlib.asynccontextmanager
@@ -145,11 +182,17 @@ async def run(settings: Settings, workers: Supervisor) -> None:
             gc.collect()
             gc.freeze()
             elector = LeaderElector.from_settings(parts.host_api, settings, name=LEASE_NAME)
+            git_elector = LeaderElector.from_settings(parts.host_api, settings, name=GIT_LEASE_NAME)
             interval = settings.TENANT_RECONCILE_INTERVAL
-            async with elector:
+            git_interval = settings.GIT_SYNC_INTERVAL
+            async with elector, git_elector:
                 workers.spawn(
                     "tenants",
                     lambda: elector.run_while_leading(lambda: parts.tenants.loop(interval)),
+                )
+                workers.spawn(
+                    "git-sync",
+                    lambda: git_elector.run_while_leading(lambda: parts.git.loop(git_interval)),
                 )
                 log.info("compiler_started", port=settings.HTTP_PORT, health_port=health.port)
                 await asyncio.Event().wait()

@@ -1,0 +1,150 @@
+"""The change check: a branch's head commit over Git's smart HTTP, in process (aiohttp).
+
+What ``git ls-remote <repository> refs/heads/<branch>`` does, without starting a ``git``
+process (and its TLS set-up) per repository: a poller pass over thousands of repositories
+reuses its HTTPS connections, and costs one or two small requests per repository
+(``compiler.gitsync.pktline``). Nothing is cloned or fetched here.
+
+Credentials go in an ``Authorization: Basic`` header built in memory, never in a URL. Redirects
+are not followed (the credentials would follow them): a redirected repository is reported so
+its owner can give the final URL. Every answer is read up to ``max_bytes`` at most, within
+``timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+from typing import Final
+
+import aiohttp
+
+from compiler.gitsync import pktline
+from compiler.gitsync import remotes as R
+from compiler.gitsync.remotes import Credentials, GitFailed
+
+USER_AGENT: Final = "git/2 (workflow-manager)"
+
+
+class RefLister:
+    """Its HTTPS connections are pooled for the life of the process (``close`` ends them)."""
+
+    def __init__(
+        self,
+        *,
+        timeout: float,
+        ca_bundle: str | None = None,
+        max_bytes: int = 4 * 1024 * 1024,
+        connections: int = 32,
+    ) -> None:
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._max_bytes = max_bytes
+        self._connections = connections
+        # A private CA replaces the system's bundle, as http.sslCAInfo does for git.
+        self._ssl = ssl.create_default_context(cafile=ca_bundle)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._connections, ssl=self._ssl),
+                cookie_jar=aiohttp.DummyCookieJar(),  # nothing a server sets follows a request
+                trust_env=False,  # no proxy variables, no .netrc credentials
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def head(
+        self, repository: str, branch: str, credentials: Credentials | None, *, path: str = ""
+    ) -> str:
+        """The commit ``refs/heads/<branch>`` points at; ``GitFailed`` otherwise."""
+        base = repository.rstrip("/")
+        ref = f"refs/heads/{branch}"
+
+        def failed(reason: str) -> GitFailed:
+            return GitFailed(
+                reason,
+                R.sentence(
+                    reason,
+                    repository=repository,
+                    branch=branch,
+                    path=path,
+                    commit=None,
+                    credentials=credentials is not None,
+                ),
+            )
+
+        headers = {"Git-Protocol": "version=2", "User-Agent": USER_AGENT}
+        if credentials is not None:
+            headers["Authorization"] = aiohttp.encode_basic_auth(
+                credentials.username, credentials.password
+            )
+        try:
+            data = await self._request(
+                "GET",
+                f"{base}/info/refs?service=git-upload-pack",
+                headers=headers,
+                expect=pktline.ADVERTISEMENT_TYPE,
+                failed=failed,
+            )
+            advertisement = pktline.parse_advertisement(data)
+            refs = advertisement.refs
+            if advertisement.version == 2:
+                data = await self._request(
+                    "POST",
+                    f"{base}/git-upload-pack",
+                    headers={
+                        **headers,
+                        "Content-Type": pktline.REQUEST_TYPE,
+                        "Accept": pktline.RESULT_TYPE,
+                    },
+                    body=pktline.ref_request(ref, advertisement.capabilities),
+                    expect=pktline.RESULT_TYPE,
+                    failed=failed,
+                )
+                refs = pktline.parse_refs(data)
+        except pktline.ProtocolError:
+            raise failed(R.PROTOCOL) from None
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            # The exception's text may carry the URL; the sentence is ours alone.
+            raise failed(R.UNREACHABLE) from None
+        commit = refs.get(ref)
+        if commit is None:
+            raise failed(R.BRANCH_NOT_FOUND)
+        return commit
+
+    async def _request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str],
+        expect: str,
+        failed: Callable[[str], GitFailed],
+        body: bytes | None = None,
+    ) -> bytes:
+        async with self._client().request(
+            method,
+            url,
+            headers=headers,
+            data=body,
+            allow_redirects=False,
+            timeout=self._timeout,
+        ) as response:
+            if response.status in (401, 403):
+                raise failed(R.AUTH)
+            if response.status == 404:
+                raise failed(R.REPOSITORY_NOT_FOUND)
+            if response.status != 200:
+                raise failed(R.UNREACHABLE if response.status >= 500 else R.PROTOCOL)
+            if response.content_type != expect:  # a dumb server, a login page, a proxy's answer
+                raise failed(R.PROTOCOL)
+            data = bytearray()
+            while chunk := await response.content.read(64 * 1024):
+                data += chunk
+                if len(data) > self._max_bytes:
+                    raise failed(R.TOO_LARGE)
+            return bytes(data)
