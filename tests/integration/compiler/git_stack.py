@@ -61,13 +61,21 @@ async def store_credentials(
     """The tenant's data secret holding the Git credentials (labelled as the data-secrets API
     labels them), in its namespace (provisioned first)."""
     await stack.compiler.tenants.ensure(tenant)
-    await KubeObjects(stack.kube).apply(
+    await write_credentials(KubeObjects(stack.kube), password=password, tenant=tenant, name=name)
+
+
+async def write_credentials(
+    objects: KubeObjects, *, password: str = PASSWORD, tenant: str = "acme", name: str = SECRET
+) -> None:
+    namespace = f"{L.DATA_NAMESPACE_PREFIX}{tenant}"
+    await objects.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    await objects.apply(
         {
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {
                 "name": name,
-                "namespace": f"{L.DATA_NAMESPACE_PREFIX}{tenant}",
+                "namespace": namespace,
                 "labels": {L.DATA_SECRET: L.DATA_SECRET_VALUE},
             },
             "type": "Opaque",

@@ -227,7 +227,10 @@ async def test_every_broken_repository_is_a_stored_audited_error_and_the_pass_go
     fetched = len(git_server.fetches())
     await git_stack.compiler.git.run_pass()
     for name in expected:
-        assert len(await audit_rows(git_stack, ids[name])) == 1, (name, await audit_rows(git_stack, ids[name]))
+        assert len(await audit_rows(git_stack, ids[name])) == 1, (
+            name,
+            await audit_rows(git_stack, ids[name]),
+        )
     assert len(git_server.fetches()) == fetched
 
     everything = json.dumps([dict(event) for event in logs], default=str)
