@@ -140,11 +140,6 @@ def assemble(
     if key is None:
         log.warning("internal_api_key_unset", consequence="every request is refused")
     app = create_app(service, git, internal_key=key.get_secret_value() if key else None)
-
-    async def close_refs(_: web.Application) -> None:
-        await refs.close()
-
-    app.on_cleanup.append(close_refs)
     return Parts(pool, host_api, tenants, service, git, app)
 
 

@@ -13,8 +13,9 @@ its owner can give the final URL. Every answer is read up to ``max_bytes`` at mo
 
 from __future__ import annotations
 
+import contextlib
 import ssl
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 import aiohttp
@@ -27,7 +28,8 @@ USER_AGENT: Final = "git/2 (workflow-manager)"
 
 
 class RefLister:
-    """Its HTTPS connections are pooled for the life of the process (``close`` ends them)."""
+    """Inside ``pooled`` (a poller pass) every check shares one pool of HTTPS connections;
+    outside it (a save, a sync asked for) a check opens and closes its own."""
 
     def __init__(
         self,
@@ -44,18 +46,30 @@ class RefLister:
         self._ssl = ssl.create_default_context(cafile=ca_bundle)
         self._session: aiohttp.ClientSession | None = None
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._connections, ssl=self._ssl),
-                cookie_jar=aiohttp.DummyCookieJar(),  # nothing a server sets follows a request
-                trust_env=False,  # no proxy variables, no .netrc credentials
-            )
-        return self._session
+    def _open(self) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self._connections, ssl=self._ssl),
+            cookie_jar=aiohttp.DummyCookieJar(),  # nothing a server sets follows a request
+            trust_env=False,  # no proxy variables, no .netrc credentials
+        )
 
-    async def close(self) -> None:
+    @contextlib.asynccontextmanager
+    async def pooled(self) -> AsyncIterator[None]:
+        """Checks inside the block reuse their connections (one pass); closed at its end."""
+        async with self._open() as session:
+            self._session = session
+            try:
+                yield
+            finally:
+                self._session = None
+
+    @contextlib.asynccontextmanager
+    async def _client(self) -> AsyncIterator[aiohttp.ClientSession]:
         if self._session is not None:
-            await self._session.close()
+            yield self._session
+            return
+        async with self._open() as session:
+            yield session
 
     async def head(
         self, repository: str, branch: str, credentials: Credentials | None, *, path: str = ""
@@ -126,14 +140,17 @@ class RefLister:
         failed: Callable[[str], GitFailed],
         body: bytes | None = None,
     ) -> bytes:
-        async with self._client().request(
-            method,
-            url,
-            headers=headers,
-            data=body,
-            allow_redirects=False,
-            timeout=self._timeout,
-        ) as response:
+        async with (
+            self._client() as session,
+            session.request(
+                method,
+                url,
+                headers=headers,
+                data=body,
+                allow_redirects=False,
+                timeout=self._timeout,
+            ) as response,
+        ):
             if response.status in (401, 403):
                 raise failed(R.AUTH)
             if response.status == 404:

@@ -10,6 +10,8 @@ longer than the check.
 
 from __future__ import annotations
 
+import contextlib
+
 from compiler.gitsync import remotes as R
 from compiler.gitsync.git_cli import GitCli
 from compiler.gitsync.http_refs import RefLister
@@ -36,6 +38,10 @@ class GitRepositories:
         except NotFound:
             raise GitFailed(R.CREDENTIALS, f"there is no data secret {name!r}") from None
         return R.credentials_from(values, name)
+
+    def pooled(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Checks inside share their HTTPS connections (a poller pass)."""
+        return self._refs.pooled()
 
     async def head(self, definition: GitDefinition, credentials: Credentials | None) -> str:
         """The commit the branch points at now (no fetch)."""

@@ -161,9 +161,10 @@ class GitSync:
         host = await self._host()
         secrets = _Secrets(self._repositories)
         try:
-            outcomes = await asyncio.gather(
-                *(self._poll(source, secrets, host) for source in sources)
-            )
+            async with self._repositories.pooled():
+                outcomes = await asyncio.gather(
+                    *(self._poll(source, secrets, host) for source in sources)
+                )
         finally:
             secrets.close()
         unchanged = [
