@@ -8,7 +8,8 @@ failed run's step log and retries it, and a tenant saves a data pipeline (its na
 storage user provisioned on first use), has a hostile template refused, runs the pipeline and
 saves a second version. A model endpoint is registered through the token module, served by a
 stand-in model behind a real nginx configured as ingress-nginx renders `auth-url` (checked by
-inference_auth), and called with a valid, another deployment's and a revoked token.
+inference_auth), and called with a valid, another deployment's and a revoked token. A Git-defined
+pipeline follows its branch on a real Git server (scripts/showcase_git.py).
 Ctrl-C stops everything. Logs: .run/demo/*.log.
 """
 
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 
 import asyncpg
+import showcase_git
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".run" / "demo"
@@ -494,6 +496,7 @@ async def main() -> None:
             "ARGO_DATA_INSTANCE_ID": data_argo["instance_id"],
             "LOG_JSON": "false",
             "POD_NAME": "demo",
+            **showcase_git.ENVIRONMENT,
         }
         for name, (http_port, health_port) in DEPLOYABLES.items():
             env = {**base_env, "HEALTH_PORT": str(health_port)}
@@ -522,6 +525,16 @@ async def main() -> None:
             showcase_task,
             asyncio.create_task(pipelines_showcase()),
             asyncio.create_task(inference_showcase(url, processes)),
+            asyncio.create_task(
+                showcase_git.git_showcase(
+                    api=API,
+                    headers=TENANT_HEADERS,
+                    kubeconfig=host["kubeconfig"],
+                    processes=processes,
+                    start=start,
+                    log=log,
+                )
+            ),
         ]
         while True:
             await asyncio.sleep(1)

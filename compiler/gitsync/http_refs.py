@@ -23,6 +23,7 @@ import aiohttp
 from compiler.gitsync import pktline
 from compiler.gitsync import remotes as R
 from compiler.gitsync.remotes import Credentials, GitFailed
+from shared.errors import DependencyDown
 
 USER_AGENT: Final = "git/2 (workflow-manager)"
 
@@ -42,13 +43,20 @@ class RefLister:
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._max_bytes = max_bytes
         self._connections = connections
-        # A private CA replaces the system's bundle, as http.sslCAInfo does for git.
-        self._ssl = ssl.create_default_context(cafile=ca_bundle)
+        self._ca_bundle = ca_bundle
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
+        # A private CA replaces the system's bundle, as http.sslCAInfo does for git; read for
+        # each pool, so a renewed bundle is taken without a restart.
+        try:
+            context = ssl.create_default_context(cafile=self._ca_bundle)
+        except (OSError, ssl.SSLError) as exc:
+            raise DependencyDown(
+                "GIT_CA_BUNDLE could not be read", details={"error": type(exc).__name__}
+            ) from None
         return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self._connections, ssl=self._ssl),
+            connector=aiohttp.TCPConnector(limit=self._connections, ssl=context),
             cookie_jar=aiohttp.DummyCookieJar(),  # nothing a server sets follows a request
             trust_env=False,  # no proxy variables, no .netrc credentials
         )
