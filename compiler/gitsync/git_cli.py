@@ -43,6 +43,7 @@ _PATH: Final = "/usr/local/bin:/usr/bin:/bin"
 class Document:
     commit: str
     text: str
+    blob: str  # the file's object id: equal ids, equal content
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +146,7 @@ class GitCli:
             raise GitFailed(
                 R.REFUSED, f"{path!r} at commit {commit[:12]} is not UTF-8 text", commit=commit
             ) from None
-        return Document(commit, text)
+        return Document(commit, text, oid)
 
     def _environment(self, home: str, credentials: Credentials | None) -> dict[str, str]:
         config = [

@@ -54,7 +54,7 @@ class GitRepositories:
         document = await self._cli.read(
             definition.repository, definition.branch, definition.path, credentials
         )
-        return Fetched(document.commit, document.text)
+        return Fetched(document.commit, document.text, document.blob)
 
     async def read(self, tenant: str, definition: GitDefinition) -> Fetched:
         """``GitReader``: a save reads the document at once."""

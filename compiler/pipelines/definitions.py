@@ -70,10 +70,12 @@ class Target:
 
 @dataclass(frozen=True, slots=True)
 class Fetched:
-    """A Git definition's document, as read at ``commit`` of its branch."""
+    """A Git definition's document, as read at ``commit`` of its branch (``blob``: the
+    document's Git object id, the same for the same content)."""
 
     commit: str
     text: str
+    blob: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

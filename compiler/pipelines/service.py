@@ -285,8 +285,8 @@ class PipelineService:
         """A new version of a Git-defined pipeline from ``fetched``, the document its
         ``definition`` was read as at a newer commit: the body of its last save rendered again,
         through ``update``'s steps. ``{"outcome": "unchanged"}`` when that commit has made a
-        version already (a concurrent sync); ``Conflict`` when a save changed the pipeline's
-        definition since it was read."""
+        version already (a concurrent sync) or brings the document the last version was made
+        from; ``Conflict`` when a save changed the pipeline's definition since it was read."""
         await self._tenants.ensure(caller.tenant)
         async with self._transaction() as store:
             pipeline = await self._locked(store, caller, kind, pipeline_id)
@@ -298,9 +298,13 @@ class PipelineService:
                 )
             if source.last_good_commit == fetched.commit:
                 return {"id": pipeline_id, "outcome": "unchanged", "commit": fetched.commit}
+            if fetched.blob is not None and fetched.blob == source.last_good_blob:
+                # A commit that left the document as it was: nothing to make a version of.
+                await store.git.synced(pipeline_id, commit=fetched.commit, blob=fetched.blob)
+                return {"id": pipeline_id, "outcome": "unchanged", "commit": fetched.commit}
             body = parse_body(source.body)
             saved = await self._new_version(store, caller, pipeline, body, fetched)
-            await store.git.synced(pipeline_id, commit=fetched.commit)
+            await store.git.synced(pipeline_id, commit=fetched.commit, blob=fetched.blob)
         log.info(
             "pipeline_synced", pipeline=pipeline_id, version=saved["version"], commit=fetched.commit
         )
@@ -343,7 +347,10 @@ class PipelineService:
             await store.git.drop(pipeline_id)
         else:
             await store.git.save(
-                pipeline_id, body=body.model_dump(mode="json"), commit=fetched.commit
+                pipeline_id,
+                body=body.model_dump(mode="json"),
+                commit=fetched.commit,
+                blob=fetched.blob,
             )
 
     async def _record(

@@ -7,8 +7,9 @@ for the poller's outcomes) and the apiserver reads a pipeline's git state (``Git
 
 The commits, in the order a sync reads them:
 
-- ``last_good_commit``: the commit of the newest version made from Git; a branch whose head is
-  this commit has nothing new;
+- ``last_good_commit``: the newest commit whose document is the one the last version was made
+  from (``last_good_blob``, its object id); a branch whose head is this commit has nothing new,
+  and a newer commit with the same document makes no version either;
 - ``last_seen_commit``: the newest commit whose document was judged, good or refused, so a
   refused commit is not fetched again every pass;
 - ``last_error_commit``: the commit the stored error is about (None when no commit was read:
@@ -36,6 +37,7 @@ class GitSourceRow:
     body: dict[str, Any]  # as saved; its definition is {"type": "git", ...}
     last_seen_commit: str | None
     last_good_commit: str | None
+    last_good_blob: str | None
     last_error: str | None
     last_error_reason: str | None
     last_error_commit: str | None
@@ -50,6 +52,7 @@ class GitSourceRow:
 
 _COLUMNS: Final = (
     "g.pipeline_id, p.tenant, p.kind, g.body, g.last_seen_commit, g.last_good_commit, "
+    "g.last_good_blob, "
     "g.last_error, g.last_error_reason, g.last_error_commit, g.last_error_at, g.checked_at"
 )
 _FROM: Final = "git_sources g JOIN pipelines p ON p.id = g.pipeline_id"
@@ -141,27 +144,35 @@ class GitSourceStore:
         )
         return _row(row)
 
-    async def save(self, pipeline_id: str, *, body: dict[str, Any], commit: str) -> None:
-        """A save with a Git definition: the body to follow, and the commit it was made from."""
+    async def save(
+        self, pipeline_id: str, *, body: dict[str, Any], commit: str, blob: str | None
+    ) -> None:
+        """A save with a Git definition: the body to follow, and the commit (and document)
+        it was made from."""
         await self._conn.execute(
             "INSERT INTO git_sources (pipeline_id, body, last_seen_commit, last_good_commit, "
-            "checked_at) VALUES ($1, $2, $3, $3, now()) ON CONFLICT (pipeline_id) DO UPDATE SET "
-            "body = excluded.body, last_seen_commit = $3, last_good_commit = $3, "
+            "last_good_blob, checked_at) VALUES ($1, $2, $3, $3, $4, now()) "
+            "ON CONFLICT (pipeline_id) DO UPDATE SET body = excluded.body, "
+            "last_seen_commit = $3, last_good_commit = $3, last_good_blob = $4, "
             "last_error = NULL, last_error_reason = NULL, last_error_commit = NULL, "
             "last_error_at = NULL, checked_at = now()",
             pipeline_id,
             body,
             commit,
+            blob,
         )
 
-    async def synced(self, pipeline_id: str, *, commit: str) -> None:
-        """A sync made a version of ``commit``."""
+    async def synced(self, pipeline_id: str, *, commit: str, blob: str | None) -> None:
+        """A sync found ``commit`` good: it made a version of it, or its document is the one
+        the last version was made from."""
         await self._conn.execute(
             "UPDATE git_sources SET last_seen_commit = $2, last_good_commit = $2, "
-            "last_error = NULL, last_error_reason = NULL, last_error_commit = NULL, "
-            "last_error_at = NULL, checked_at = now() WHERE pipeline_id = $1",
+            "last_good_blob = $3, last_error = NULL, last_error_reason = NULL, "
+            "last_error_commit = NULL, last_error_at = NULL, checked_at = now() "
+            "WHERE pipeline_id = $1",
             pipeline_id,
             commit,
+            blob,
         )
 
     async def drop(self, pipeline_id: str) -> None:

@@ -13,7 +13,8 @@ CREATE TABLE git_sources (
     pipeline_id        text PRIMARY KEY REFERENCES pipelines (id) ON DELETE CASCADE,
     body               jsonb NOT NULL,   -- the body last saved: what every sync renders again
     last_seen_commit   text,             -- the newest commit whose document was judged
-    last_good_commit   text,             -- the commit of the newest version made from Git
+    last_good_commit   text,             -- the newest commit whose document is the last made
+    last_good_blob     text,             -- that document's Git object id
     last_error         text,             -- why the last check failed (NULL: it succeeded)
     last_error_reason  text,             -- its kind: auth, unreachable, path_not_found, ...
     last_error_commit  text,             -- the commit that error is about (NULL: none was read)

@@ -59,11 +59,21 @@ async def test_a_git_pipeline_is_read_at_create_and_each_new_commit_becomes_a_ve
     status, versions = await git_stack.call("GET", f"data-pipelines/{pipeline_id}/versions")
     assert versions["total"] == 1
 
-    # A commit that does not touch the document is still a new commit: a new version.
+    # A commit that leaves the document as it was is read once and makes no version.
+    readme = git_server.commit("etl", {"README.md": "hello again"})
+    result = await git_stack.compiler.git.run_pass()
+    assert (result.unchanged, result.updated, result.failed) == (1, 0, 0)
+    assert len(git_server.fetches("etl")) == 2
+    status, detail = await git_stack.call("GET", f"data-pipelines/{pipeline_id}")
+    assert (detail["latest_version"], detail["git"]["last_good_commit"]) == (1, readme)
+    await git_stack.compiler.git.run_pass()
+    assert len(git_server.fetches("etl")) == 2
+
+    # A commit that changes it: a new version, with its commit.
     second = git_server.commit("etl", {PATH: template("20")})
     result = await git_stack.compiler.git.run_pass()
     assert (result.updated, result.failed) == (1, 0)
-    assert len(git_server.fetches("etl")) == 2
+    assert len(git_server.fetches("etl")) == 3
     status, detail = await git_stack.call("GET", f"data-pipelines/{pipeline_id}")
     assert (detail["current_version"], detail["current"]["commit"]) == (2, second)
     assert detail["current"]["parameters"] == [{"name": "size", "default": "20"}]
@@ -83,7 +93,7 @@ async def test_a_git_pipeline_is_read_at_create_and_each_new_commit_becomes_a_ve
     await git_stack.compiler.git.run_pass()
     status, detail = await git_stack.call("GET", f"data-pipelines/{pipeline_id}")
     assert (detail["current_version"], detail["latest_version"]) == (1, 2)
-    assert len(git_server.fetches("etl")) == 2
+    assert len(git_server.fetches("etl")) == 3
 
 
 async def test_the_sync_route_pulls_now_and_answers_with_the_outcome(
