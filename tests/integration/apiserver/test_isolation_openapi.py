@@ -51,6 +51,7 @@ for _kind in ("data-pipelines", "ml-pipelines"):
         ("GET", f"{_base}/{{id}}/versions"): (f"{_item}/versions", 404),
         ("POST", f"{_base}/{{id}}/rollback"): (f"{_item}/rollback", 403),
         ("POST", f"{_base}/{{id}}/run"): (f"{_item}/run", 403),
+        ("POST", f"{_base}/{{id}}/sync"): (f"{_item}/sync", 403),
     }
 
 
