@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import asyncpg
+from pydantic import ValidationError
 
 from compiler.gitsync import metrics, planning
 from compiler.gitsync import remotes as R
@@ -88,26 +89,26 @@ class PassResult:
 
 
 class _Secrets:
-    """One read of each data secret per pass (many pipelines of a tenant share one)."""
+    """One read of each data secret per pass (many pipelines of a tenant share one), its
+    outcome, values or failure, kept for the pass only."""
 
     def __init__(self, repositories: GitRepositories) -> None:
         self._repositories = repositories
-        self._read: dict[tuple[str, str | None], asyncio.Task[Credentials | None]] = {}
+        self._locks: dict[tuple[str, str | None], asyncio.Lock] = {}
+        self._read: dict[tuple[str, str | None], Credentials | WorkflowManagerError | None] = {}
 
     async def get(self, tenant: str, definition: GitDefinition) -> Credentials | None:
         key = (tenant, definition.credentials_secret)
-        task = self._read.get(key)
-        if task is None:
-            task = asyncio.ensure_future(self._repositories.credentials(tenant, definition))
-            self._read[key] = task
-        return await asyncio.shield(task)
-
-    def close(self) -> None:
-        for task in self._read.values():
-            if not task.done():
-                task.cancel()
-            elif not task.cancelled():
-                task.exception()  # retrieved: a failure was reported to each check already
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            if key not in self._read:
+                try:
+                    self._read[key] = await self._repositories.credentials(tenant, definition)
+                except (GitFailed, DependencyDown) as failure:
+                    self._read[key] = failure
+        found = self._read[key]
+        if isinstance(found, WorkflowManagerError):
+            raise found
+        return found
 
 
 class GitSync:
@@ -143,11 +144,9 @@ class GitSync:
                 f"pipeline {pipeline_id!r} is not defined in Git: there is nothing to sync",
                 details={"id": pipeline_id},
             )
-        secrets = _Secrets(self._repositories)
-        try:
-            outcome = await self._check(source, secrets, actor=caller.actor, manual=True)
-        finally:
-            secrets.close()
+        outcome = await self._check(
+            source, _Secrets(self._repositories), actor=caller.actor, manual=True
+        )
         if outcome.outcome == "unchanged":
             await self._sources.checked([pipeline_id], clear_error=outcome.clears_error)
         await self._audit(source, caller.actor, outcome, await self._host())
@@ -160,13 +159,10 @@ class GitSync:
         sources = await self._sources.all()
         host = await self._host()
         secrets = _Secrets(self._repositories)
-        try:
-            async with self._repositories.pooled():
-                outcomes = await asyncio.gather(
-                    *(self._poll(source, secrets, host) for source in sources)
-                )
-        finally:
-            secrets.close()
+        async with self._repositories.pooled():
+            outcomes = await asyncio.gather(
+                *(self._poll(source, secrets, host) for source in sources)
+            )
         unchanged = [
             (source, outcome)
             for source, outcome in zip(sources, outcomes, strict=True)
@@ -223,7 +219,11 @@ class GitSync:
     async def _check(
         self, source: GitSourceRow, secrets: _Secrets, *, actor: str, manual: bool
     ) -> Outcome:
-        definition = GitDefinition.model_validate(source.definition)
+        try:
+            definition = GitDefinition.model_validate(source.definition)
+        except ValidationError:  # saved by an older release whose rules were looser
+            message = "the saved Git definition is not valid any more: save the pipeline again"
+            return await self._failed(source, R.REFUSED, message, None)
         head: str | None = None
         try:
             credentials = await secrets.get(source.tenant, definition)
