@@ -5,7 +5,7 @@ checks the credentials, over HTTPS with a certificate of the simulator's test CA
 - every repository under ``root`` (bare, ``<name>.git``) is served at ``/<name>.git``;
 - ``users`` may read every repository; any other request, or one without credentials, is a 401
   with ``WWW-Authenticate: Basic`` (as GitHub and GitLab answer); names in ``public`` are served
-  to anyone;
+  to anyone; ``protocol_v2=False`` answers as a server that speaks only protocol v0;
 - ``requests`` is the log of what was asked: method, path, the authenticated user and, for a
   POST to ``git-upload-pack``, the protocol v2 command (``ls-refs`` or ``fetch``; a v0 POST is a
   fetch), so a test can prove that a check fetched nothing;
@@ -69,6 +69,7 @@ class GitServer:
     root: Path
     users: dict[str, str]
     public: set[str] = field(default_factory=set)
+    protocol_v2: bool = True  # False: answer as a server that only speaks protocol v0
     requests: list[Request] = field(default_factory=list)
     port: int = 0
     ca_file: Path | None = None
@@ -172,7 +173,7 @@ class GitServer:
             body = gzip.decompress(body)
         user = self._user(request)
         repository = request.path.split(".git/", 1)[0].lstrip("/")
-        command = _command(request, body)
+        command = _command(request, body, v2=self.protocol_v2)
         if user is None and repository not in self.public:
             self.requests.append(Request(request.method, request.path, None, 401, command))
             return web.Response(status=401, headers={"WWW-Authenticate": 'Basic realm="git"'})
@@ -187,7 +188,7 @@ class GitServer:
             "CONTENT_LENGTH": str(len(body)),
             "REMOTE_USER": user or "",
             "REMOTE_ADDR": request.remote or "",
-            "GIT_PROTOCOL": request.headers.get("Git-Protocol", ""),
+            "GIT_PROTOCOL": request.headers.get("Git-Protocol", "") if self.protocol_v2 else "",
         }
         process = await asyncio.create_subprocess_exec(
             HTTP_BACKEND,
@@ -209,11 +210,11 @@ class GitServer:
         return web.Response(status=status, body=payload, headers=headers)
 
 
-def _command(request: web.Request, body: bytes) -> str | None:
+def _command(request: web.Request, body: bytes, *, v2: bool) -> str | None:
     if request.method == "GET" and request.path.endswith("/info/refs"):
         return "advertise"
     if request.method == "POST" and request.path.endswith("/git-upload-pack"):
-        if "version=2" not in request.headers.get("Git-Protocol", ""):
+        if "version=2" not in request.headers.get("Git-Protocol", "") or not v2:
             return "fetch"
         try:
             first = body[4 : int(body[:4], 16)].rstrip(b"\n").decode()

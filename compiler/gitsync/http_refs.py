@@ -5,6 +5,11 @@ process (and its TLS set-up) per repository: a poller pass over thousands of rep
 reuses its HTTPS connections, and costs one or two small requests per repository
 (``compiler.gitsync.pktline``). Nothing is cloned or fetched here.
 
+Protocol v2's ``ls-refs`` is stateless: once a pass has seen a host answer discovery with v2,
+its other repositories on that host are asked ``ls-refs`` at once, one request instead of two
+(what the server answers to one repository it answers to all; an answer that is not a valid
+``ls-refs`` result sends that check back through discovery).
+
 Credentials go in an ``Authorization: Basic`` header built in memory, never in a URL. Redirects
 are not followed (the credentials would follow them): a redirected repository is reported so
 its owner can give the final URL. Every answer is read up to ``max_bytes`` at most, within
@@ -17,6 +22,7 @@ import contextlib
 import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Final
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -45,6 +51,7 @@ class RefLister:
         self._connections = connections
         self._ca_bundle = ca_bundle
         self._session: aiohttp.ClientSession | None = None
+        self._v2_hosts: dict[str, frozenset[str]] = {}  # host → capabilities, for one pass
 
     def _open(self) -> aiohttp.ClientSession:
         # A private CA replaces the system's bundle, as http.sslCAInfo does for git; read for
@@ -70,6 +77,7 @@ class RefLister:
                 yield
             finally:
                 self._session = None
+                self._v2_hosts = {}
 
     @contextlib.asynccontextmanager
     async def _client(self) -> AsyncIterator[aiohttp.ClientSession]:
@@ -104,30 +112,47 @@ class RefLister:
             headers["Authorization"] = aiohttp.encode_basic_auth(
                 credentials.username, credentials.password
             )
-        try:
+        host = urlsplit(base).netloc
+        pooled = self._session is not None
+
+        async def ls_refs(capabilities: frozenset[str]) -> dict[str, str]:
             data = await self._request(
-                "GET",
-                f"{base}/info/refs?service=git-upload-pack",
-                headers=headers,
-                expect=pktline.ADVERTISEMENT_TYPE,
+                "POST",
+                f"{base}/git-upload-pack",
+                headers={
+                    **headers,
+                    "Content-Type": pktline.REQUEST_TYPE,
+                    "Accept": pktline.RESULT_TYPE,
+                },
+                body=pktline.ref_request(ref, capabilities),
+                expect=pktline.RESULT_TYPE,
                 failed=failed,
             )
-            advertisement = pktline.parse_advertisement(data)
-            refs = advertisement.refs
-            if advertisement.version == 2:
+            return pktline.parse_refs(data)
+
+        try:
+            refs: dict[str, str] | None = None
+            known = self._v2_hosts.get(host) if pooled else None
+            if known is not None:
+                try:
+                    refs = await ls_refs(known)
+                except (GitFailed, pktline.ProtocolError) as error:
+                    if isinstance(error, GitFailed) and error.reason != R.PROTOCOL:
+                        raise
+            if refs is None:
                 data = await self._request(
-                    "POST",
-                    f"{base}/git-upload-pack",
-                    headers={
-                        **headers,
-                        "Content-Type": pktline.REQUEST_TYPE,
-                        "Accept": pktline.RESULT_TYPE,
-                    },
-                    body=pktline.ref_request(ref, advertisement.capabilities),
-                    expect=pktline.RESULT_TYPE,
+                    "GET",
+                    f"{base}/info/refs?service=git-upload-pack",
+                    headers=headers,
+                    expect=pktline.ADVERTISEMENT_TYPE,
                     failed=failed,
                 )
-                refs = pktline.parse_refs(data)
+                advertisement = pktline.parse_advertisement(data)
+                refs = dict(advertisement.refs)
+                if advertisement.version == 2:
+                    if pooled:
+                        self._v2_hosts[host] = advertisement.capabilities
+                    refs = await ls_refs(advertisement.capabilities)
         except pktline.ProtocolError:
             raise failed(R.PROTOCOL) from None
         except (aiohttp.ClientError, OSError, TimeoutError):
