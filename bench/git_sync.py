@@ -13,6 +13,9 @@ Figures (STYLE.md convention, goal figure last):
 - repositories, changed: the pass's size;
 - unchanged_pass_s: a pass with nothing changed (no fetch);
 - checks_per_s: repositories checked per second in that pass;
+- poller_cpu_ms_per_check, server_cpu_ms_per_check: CPU time per repository in that pass, of
+  the poller's process and of the Git server's (with its ``git http-backend`` children): what
+  the poller costs, and what this machine's server costs on top (a hosted one is not ours);
 - baseline_cli_checks_per_s: ``git ls-remote`` run once per repository (a process each) over an
   eighth of them, at the same concurrency, in the same run: the change check done with the CLI;
 - ratio: checks_per_s / baseline_cli_checks_per_s;
@@ -29,6 +32,8 @@ import argparse
 import asyncio
 import base64
 import logging
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -181,10 +186,14 @@ async def main(quick: bool) -> dict[str, Any]:
                         await seed(pool, saved["id"], copies)
 
                     await parts.git.run_pass()  # warm: connections, secrets, the first check
+                    poller, served = cpu_seconds(), cpu_seconds(server.pid)
                     result = await parts.git.run_pass()
+                    poller, served = cpu_seconds() - poller, cpu_seconds(server.pid) - served
                     assert (result.checked, result.unchanged) == (repositories, repositories)
                     figures["unchanged_pass_s"] = round(result.seconds, 2)
                     figures["checks_per_s"] = round(repositories / result.seconds)
+                    figures["poller_cpu_ms_per_check"] = round(1000 * poller / repositories, 2)
+                    figures["server_cpu_ms_per_check"] = round(1000 * served / repositories, 2)
                     sample = [f"{base}/{name}.git" for name in names[: repositories // 8]]
                     cli = await cli_checks_per_s(sample, ca_file, settings.GIT_SYNC_CONCURRENCY)
                     figures["baseline_cli_checks_per_s"] = round(cli)
@@ -205,6 +214,15 @@ async def main(quick: bool) -> dict[str, Any]:
             server.terminate()
             server.wait()
     return figures
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU time of this process, or of process ``pid`` and the children it waited for."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def credentials(tenant: str) -> dict[str, Any]:
