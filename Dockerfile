@@ -20,7 +20,12 @@ FROM base AS watcher
 ENTRYPOINT ["wm-watcher"]
 FROM base AS apiserver
 ENTRYPOINT ["wm-apiserver"]
+# The compiler reads Git-defined pipelines with git (https only; docs/operations.md, "Git sync").
 FROM base AS compiler
+USER root
+RUN apt-get update && apt-get install -y --no-install-recommends git ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+USER 10001
 ENTRYPOINT ["wm-compiler"]
 FROM base AS stagectl
 ENTRYPOINT ["wm-stagectl"]
@@ -31,4 +36,9 @@ ENTRYPOINT ["wm-inference-auth"]
 FROM base AS deployable
 ARG DEPLOYABLE=apiserver
 ENV WM_DEPLOYABLE=${DEPLOYABLE}
+USER root
+RUN if [ "$DEPLOYABLE" = compiler ]; then apt-get update \
+    && apt-get install -y --no-install-recommends git ca-certificates \
+    && rm -rf /var/lib/apt/lists/*; fi
+USER 10001
 ENTRYPOINT ["sh", "-c", "exec python -m \"$WM_DEPLOYABLE\""]

@@ -184,6 +184,7 @@ SCHEMAS: dict[str, Any] = {
             "updated_at": {"type": "string", "format": "date-time"},
             "current": {"$ref": "#/components/schemas/PipelineVersion"},
             "schedule": {"$ref": "#/components/schemas/PipelineSchedule"},
+            "git": {"$ref": "#/components/schemas/PipelineGitState"},
         },
     },
     "PipelineSchedule": {
@@ -203,6 +204,29 @@ SCHEMAS: dict[str, Any] = {
             "last_scheduled_at": {"type": "string", "nullable": True},
             "active_runs": {"type": "array", "items": {"type": "string"}},
             "next_runs": {"type": "array", "items": {"type": "string", "format": "date-time"}},
+        },
+    },
+    "PipelineGitState": {
+        "type": "object",
+        "nullable": True,
+        "description": "What Git sync last found (Git-defined pipelines only).",
+        "properties": {
+            "repository": {"type": "string"},
+            "branch": {"type": "string"},
+            "path": {"type": "string"},
+            "last_good_commit": {"type": "string", "nullable": True},
+            "last_seen_commit": {"type": "string", "nullable": True},
+            "last_error": {
+                "type": "object",
+                "nullable": True,
+                "properties": {
+                    "reason": {"type": "string"},
+                    "message": {"type": "string"},
+                    "commit": {"type": "string", "nullable": True},
+                    "since": {"type": "string", "format": "date-time", "nullable": True},
+                },
+            },
+            "checked_at": {"type": "string", "format": "date-time", "nullable": True},
         },
     },
     "PipelineList": {
@@ -225,6 +249,7 @@ SCHEMAS: dict[str, Any] = {
             "current": {"type": "boolean"},
             "created_by": {"type": "string"},
             "created_at": {"type": "string", "format": "date-time"},
+            "commit": {"type": "string", "nullable": True},
         },
     },
     "PipelineVersionList": {
@@ -242,6 +267,7 @@ SCHEMAS: dict[str, Any] = {
             "version": {"type": "integer"},
             "template_name": {"type": "string"},
             "warnings": {"type": "array", "items": {"type": "string"}},
+            "commit": {"type": "string", "description": "Git-defined: the commit read."},
         },
     },
     "PipelineValidation": {
@@ -250,6 +276,26 @@ SCHEMAS: dict[str, Any] = {
             "valid": {"type": "boolean"},
             "template": {"type": "object"},
             "warnings": {"type": "array", "items": {"type": "string"}},
+            "commit": {"type": "string", "description": "Git-defined: the commit read."},
+        },
+    },
+    "PipelineSync": {
+        "type": "object",
+        "required": ["id", "outcome", "commit"],
+        "properties": {
+            "id": {"type": "string"},
+            "outcome": {"type": "string", "enum": ["unchanged", "updated", "failed"]},
+            "commit": {"type": "string", "nullable": True},
+            "version": {"type": "integer", "description": "updated: the new version."},
+            "error": {
+                "type": "object",
+                "description": "failed: why (also stored on the pipeline and audited).",
+                "properties": {
+                    "reason": {"type": "string"},
+                    "message": {"type": "string"},
+                    "violations": {"type": "array", "items": {"type": "object"}},
+                },
+            },
         },
     },
     "PipelineDeleted": {

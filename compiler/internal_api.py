@@ -25,6 +25,7 @@ actor in its body, and it is audited.
     GET    /internal/v1/data-secrets/{name}?tenant=
     PUT    /internal/v1/data-secrets/{name}                {tenant, actor, secret: {data}}
     DELETE /internal/v1/data-secrets/{name}                {tenant, actor}
+    POST   /internal/v1/pipelines/{kind}/{id}/sync     {tenant, actor}
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from aiohttp import web
 
 from compiler.automation.service import ScheduleService
 from compiler.automation.webhooks import EventTriggers
+from compiler.gitsync.syncing import GitSync
 from compiler.pipelines.service import Caller, PipelineService
 from compiler.secrets.service import DataSecretService
 from shared.errors import Invalid, NotFound
@@ -51,6 +53,7 @@ SERVICE = web.AppKey("pipelines", PipelineService)
 SCHEDULES = web.AppKey("schedules", ScheduleService)
 TRIGGERS = web.AppKey("triggers", EventTriggers)
 SECRETS = web.AppKey("data_secrets", DataSecretService)
+GIT = web.AppKey("git", GitSync)
 
 
 def _kind(request: web.Request) -> PipelineKind:
@@ -203,8 +206,15 @@ async def delete_secret(request: web.Request) -> web.Response:
     )
 
 
+async def sync(request: web.Request) -> web.Response:
+    caller, _ = await _call(request)
+    result = await request.app[GIT].sync_now(caller, _kind(request), _pipeline_id(request))
+    return web.json_response(result)
+
+
 def create_app(
     service: PipelineService,
+    git: GitSync,
     *,
     schedules: ScheduleService,
     triggers: EventTriggers,
@@ -222,6 +232,7 @@ def create_app(
     app[SERVICE] = service
     app[SCHEDULES] = schedules
     app[TRIGGERS] = triggers
+    app[GIT] = git
     app.router.add_post(f"{PREFIX}/{{kind}}/validate", validate)
     app.router.add_post(f"{PREFIX}/{{kind}}", create)
     app.router.add_put(f"{PREFIX}/{{kind}}/{{id}}", update)
@@ -239,4 +250,5 @@ def create_app(
         app.router.add_get(f"{SECRETS_PREFIX}/{{name}}", read_secret)
         app.router.add_put(f"{SECRETS_PREFIX}/{{name}}", put_secret)
         app.router.add_delete(f"{SECRETS_PREFIX}/{{name}}", delete_secret)
+    app.router.add_post(f"{PREFIX}/{{kind}}/{{id}}/sync", sync)
     return app

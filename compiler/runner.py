@@ -1,11 +1,12 @@
 """Wires the compiler deployable: migrations, the pool, the host cluster's client, tenant
-provisioning with its leader-elected reconciler, the run notification sender, and the internal
-API on HTTP_PORT.
+provisioning with its leader-elected reconciler, the run notification sender, Git sync with its
+leader-elected poller, and the internal API on HTTP_PORT.
 
-Every replica serves the internal API (validate, save, run: the apiserver's calls); only the
-leader of the ``wm-compiler`` lease runs the reconciler, so one replica at a time walks every
-tenant looking for drift, and only the leader of ``wm-compiler-notify`` sends notifications (a
-lease of its own, so the two may land on different replicas).
+Every replica serves the internal API (validate, save, run, sync: the apiserver's calls); only
+the leader of the ``wm-compiler`` lease runs the reconciler, so one replica at a time walks every
+tenant looking for drift, only the leader of ``wm-compiler-notify`` sends notifications and only
+the leader of ``wm-compiler-git`` polls the Git-defined pipelines (leases of their own, so the
+work may land on different replicas).
 """
 
 from __future__ import annotations
@@ -23,11 +24,16 @@ from kubernetes_asyncio.client import ApiClient
 
 from compiler.automation.service import ScheduleService
 from compiler.automation.webhooks import EventTriggers
+from compiler.gitsync.git_cli import GitCli
+from compiler.gitsync.http_refs import RefLister
+from compiler.gitsync.repositories import GitRepositories
+from compiler.gitsync.syncing import GitSync
 from compiler.internal_api import create_app
 from compiler.k8s_objects import KubeObjects
 from compiler.notifications.service import NotificationSender, SenderConfig
 from compiler.pipelines.compile import StepLimits
 from compiler.pipelines.service import Limits, PipelineService
+from compiler.pipelines.yamldoc import MAX_BYTES as MAX_DOCUMENT_BYTES
 from compiler.secrets.service import DataSecretService
 from compiler.tenants.service import TenantProvisioner
 from compiler.tenants.storage_users import StorageUsers
@@ -45,6 +51,7 @@ log = get_logger(__name__)
 
 LEASE_NAME = "wm-compiler"
 NOTIFY_LEASE_NAME = "wm-compiler-notify"
+GIT_LEASE_NAME = "wm-compiler-git"
 
 
 @dataclass
@@ -53,6 +60,7 @@ class Parts:
     host_api: ApiClient
     tenants: TenantProvisioner
     service: PipelineService
+    git: GitSync
     app: web.Application
     schedules: ScheduleService
     notifications: NotificationSender
@@ -104,6 +112,22 @@ def assemble(
     )
     secrets = DataSecretService(pool=pool, objects=objects, tenants=tenants)
     argo = ArgoServer.from_url(host_api, settings.ARGO_DATA_SERVER_URL)
+    refs = RefLister(
+        timeout=settings.GIT_TIMEOUT,
+        ca_bundle=settings.GIT_CA_BUNDLE,
+        connections=settings.GIT_SYNC_CONCURRENCY,
+    )
+    repositories = GitRepositories(
+        secrets=objects,
+        refs=refs,
+        cli=GitCli(
+            workdir=settings.GIT_WORKDIR,
+            ca_bundle=settings.GIT_CA_BUNDLE,
+            timeout=settings.GIT_TIMEOUT,
+            max_fetch_bytes=settings.GIT_FETCH_MAX_BYTES,
+            max_document_bytes=MAX_DOCUMENT_BYTES,
+        ),
+    )
 
     async def lint(namespace: str, template: Mapping[str, Any]) -> object:
         return await argo.lint_template(namespace, template)
@@ -122,12 +146,20 @@ def assemble(
         instance_id=settings.ARGO_DATA_INSTANCE_ID,
         attachments=[schedules, events],
         data_secrets=secrets,
+        git=repositories,
+    )
+    git = GitSync(
+        pool=pool,
+        repositories=repositories,
+        service=service,
+        concurrency=settings.GIT_SYNC_CONCURRENCY,
     )
     key = settings.INTERNAL_API_KEY
     if key is None:
         log.warning("internal_api_key_unset", consequence="every request is refused")
     app = create_app(
         service,
+        git,
         schedules=schedules,
         triggers=events,
         internal_key=key.get_secret_value() if key else None,
@@ -139,7 +171,7 @@ def assemble(
         config=SenderConfig.from_settings(settings),
         listen_dsn=settings,
     )
-    return Parts(pool, host_api, tenants, service, app, schedules, notifications, secrets)
+    return Parts(pool, host_api, tenants, service, git, app, schedules, notifications, secrets)
 
 
 @contextlib.asynccontextmanager
@@ -178,8 +210,10 @@ async def run(settings: Settings, workers: Supervisor) -> None:
             gc.freeze()
             elector = LeaderElector.from_settings(parts.host_api, settings, name=LEASE_NAME)
             notifier = LeaderElector.from_settings(parts.host_api, settings, name=NOTIFY_LEASE_NAME)
+            git_elector = LeaderElector.from_settings(parts.host_api, settings, name=GIT_LEASE_NAME)
             interval = settings.TENANT_RECONCILE_INTERVAL
-            async with elector, notifier:
+            git_interval = settings.GIT_SYNC_INTERVAL
+            async with elector, notifier, git_elector:
                 workers.spawn(
                     "tenants",
                     lambda: elector.run_while_leading(lambda: parts.tenants.loop(interval)),
@@ -187,6 +221,10 @@ async def run(settings: Settings, workers: Supervisor) -> None:
                 workers.spawn(
                     "notifications",
                     lambda: notifier.run_while_leading(parts.notifications.run),
+                )
+                workers.spawn(
+                    "git-sync",
+                    lambda: git_elector.run_while_leading(lambda: parts.git.loop(git_interval)),
                 )
                 log.info("compiler_started", port=settings.HTTP_PORT, health_port=health.port)
                 await asyncio.Event().wait()

@@ -11,8 +11,10 @@ saves a pipeline whose step reads it, has a reference to a platform Secret refus
 delete the secret while the pipeline uses it. A model endpoint is registered through the token
 module, served by a stand-in model behind a real nginx configured as ingress-nginx renders
 `auth-url` (checked by inference_auth), and called with a valid, another deployment's and a
-revoked token. A scheduled pipeline fires (scripts/showcase_schedules.py) and a webhook
-trigger's event, POSTed with its token, starts a pipeline run (scripts/showcase_triggers.py).
+revoked token. A scheduled pipeline fires (scripts/showcase_schedules.py), a webhook trigger's
+event, POSTed with its token, starts a pipeline run (scripts/showcase_triggers.py), a
+Git-defined pipeline follows its branch on a real Git server (scripts/showcase_git.py), and a
+failed run's Slack and PagerDuty messages arrive (scripts/showcase_notifications.py).
 Ctrl-C stops everything. Logs: .run/demo/*.log.
 """
 
@@ -29,6 +31,7 @@ import time
 from pathlib import Path
 
 import asyncpg
+import showcase_git
 from showcase_schedules import schedules_showcase
 from showcase_secrets import secrets_showcase
 from showcase_triggers import triggers_showcase
@@ -506,6 +509,7 @@ async def main() -> None:
             # The sim runs on the wall clock: a schedule every minute shows a run soon.
             "SCHEDULE_MIN_INTERVAL": "1m",
             **showcase_notifications.COMPILER_ENV,
+            **showcase_git.ENVIRONMENT,
         }
         for name, (http_port, health_port) in DEPLOYABLES.items():
             env = {**base_env, "HEALTH_PORT": str(health_port)}
@@ -540,6 +544,16 @@ async def main() -> None:
             asyncio.create_task(
                 showcase_notifications.notifications_showcase(
                     api=API, headers=TENANT_HEADERS, kubeconfig=host["kubeconfig"], log=log
+                )
+            ),
+            asyncio.create_task(
+                showcase_git.git_showcase(
+                    api=API,
+                    headers=TENANT_HEADERS,
+                    kubeconfig=host["kubeconfig"],
+                    processes=processes,
+                    start=start,
+                    log=log,
                 )
             ),
         ]

@@ -2,7 +2,9 @@
 # Make sure PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) answer, starting or installing
 # them when they do not, and that the nginx and wrk binaries are installed (the inference_auth
 # tests, bench and demo start their own unprivileged nginx; the system nginx service is never
-# used). Idempotent: does nothing when everything is already there.
+# used), and git with git-http-backend (Git sync reads repositories with git; its tests, bench
+# and demo serve repositories with git http-backend). Idempotent: does nothing when everything is
+# already there.
 set -euo pipefail
 
 pg_up() { pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; }
@@ -54,4 +56,8 @@ if ! command -v nginx >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light wrk >/dev/null
   if [ "$made_policy" = 1 ]; then as_root rm -f "$policy"; fi
 fi
-echo "services: PostgreSQL and Redis are up; nginx and wrk are installed" >&2
+if ! command -v git >/dev/null 2>&1 || [ ! -x /usr/lib/git-core/git-http-backend ]; then
+  echo "installing git (Debian package)" >&2
+  as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git >/dev/null
+fi
+echo "services: PostgreSQL and Redis are up; nginx, wrk and git are installed" >&2

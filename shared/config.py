@@ -130,6 +130,15 @@ class Settings(BaseSettings):
     SLACK_WEBHOOK_URL_PREFIXES: CsvStrs = Field(
         default_factory=lambda: ["https://hooks.slack.com/"]
     )
+    # Git sync (compiler): a CA bundle for https remotes other than the system's (a private Git
+    # server's CA; the tests' and the demo's server), the directory fetches go to (a tmpfs: the
+    # root filesystem is read-only), how long one repository may take, how much one fetch may
+    # bring, and how many repositories a pass checks at once.
+    GIT_CA_BUNDLE: str | None = None
+    GIT_WORKDIR: str | None = None  # None: the system's temporary directory
+    GIT_TIMEOUT: Seconds = 30.0
+    GIT_FETCH_MAX_BYTES: int = Field(default=32 * 1024 * 1024, ge=1024 * 1024)
+    GIT_SYNC_CONCURRENCY: int = Field(default=32, ge=1, le=256)
 
     @field_validator("LOG_LEVEL")
     @classmethod

@@ -16,7 +16,9 @@ artifacts it names exist is judged against the rendered template by the compiler
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Final, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -36,6 +38,7 @@ from shared.identifiers import (
     DATA_SECRET_KEY_PATTERN,
     DATA_SECRET_NAME_PATTERN,
     DNS_LABEL_PATTERN,
+    DNS_SUBDOMAIN_PATTERN,
     RESERVED_SECRET_PREFIX,
     TRIGGER_NAME_PATTERN,
 )
@@ -70,12 +73,67 @@ class YamlDefinition(_Model):
     template: Annotated[str, Field(min_length=1, max_length=MAX_YAML)]
 
 
+# Printable ASCII without space: what a repository URL, a branch or a path may hold (a
+# control character or a space in any of them is a mistake or an injection, never a need).
+_PLAIN: Final = re.compile(r"^[\x21-\x7e]+$")
+# What git-check-ref-format refuses in a branch name, plus a leading "-" (never an option).
+_BAD_BRANCH: Final = re.compile(
+    r"(^[-/.])|\.\.|//|@\{|[~^:?*\[\\]|(/\.)|([/.]$)|(\.lock$)|(\.lock/)"
+)
+
+
+def _https_repository(value: str) -> str:
+    """An ``https://host/path`` URL and nothing else: no other scheme, no credentials in it
+    (they belong in ``credentials_secret``), no query or fragment."""
+    if not _PLAIN.match(value):
+        raise ValueError("printable characters only, no spaces")
+    parts = urlsplit(value)
+    if parts.scheme != "https":
+        raise ValueError("only https:// repositories are accepted")
+    if "@" in parts.netloc:
+        raise ValueError(
+            "credentials may not be written in the URL: name a data secret in credentials_secret"
+        )
+    if not parts.hostname or parts.query or parts.fragment or "#" in value or "?" in value:
+        raise ValueError("expected https://host/path, with no query or fragment")
+    try:
+        parts.port  # noqa: B018 (a port that is not a number raises here)
+    except ValueError:
+        raise ValueError("the port is not a number") from None
+    return value
+
+
+def _branch(value: str) -> str:
+    if not _PLAIN.match(value) or _BAD_BRANCH.search(value) or value == "@":
+        raise ValueError("not a valid branch name (git check-ref-format)")
+    return value
+
+
+def _repository_path(value: str) -> str:
+    """A file's path from the repository's root: no leading or trailing "/", no "." or ".."
+    component, no backslash."""
+    if not _PLAIN.match(value) or "\\" in value:
+        raise ValueError("printable characters only, no spaces or backslashes")
+    if any(part in ("", ".", "..") for part in value.split("/")):
+        raise ValueError("a path from the repository's root, e.g. pipelines/nightly.yaml")
+    return value
+
+
 class GitDefinition(_Model):
+    """A WorkflowTemplate in YAML kept in a Git repository: ``path`` on ``branch``, read with
+    the ``username`` and ``password`` of the tenant's data secret ``credentials_secret`` (none:
+    a public repository). Git sync (``compiler.gitsync``) fetches it; each new commit whose
+    document passes becomes a version."""
+
     type: Literal["git"]
-    repository: Annotated[str, Field(min_length=1, max_length=2048)]
-    branch: Annotated[str, Field(min_length=1, max_length=255)] = "main"
-    path: Annotated[str, Field(min_length=1, max_length=1024)]
-    credentials_secret: str | None = None
+    repository: Annotated[
+        str, Field(min_length=1, max_length=2048), AfterValidator(_https_repository)
+    ]
+    branch: Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_branch)] = "main"
+    path: Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_repository_path)]
+    credentials_secret: (
+        Annotated[str, Field(max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)] | None
+    ) = None
 
 
 Definition = Annotated[

@@ -3,10 +3,10 @@
 Reads (list, read, versions) go through the pipelines repository the compiler writes with
 (``shared.db.pipelines``), scoped to the caller's tenant (an administrator not acting for a
 tenant sees every tenant's); another tenant's pipeline is indistinguishable from a missing one.
-Everything that renders, checks or applies (validate, create, update, delete, rollback, run)
-goes to the compiler's internal API with the effective tenant and the actor; a body is first
-checked here with the compiler's own model (``shared.pipelines``), so a malformed one never
-leaves the apiserver. Writing needs a tenant, so an administrator writes through
+Everything that renders, checks or applies (validate, create, update, delete, rollback, run,
+a Git sync) goes to the compiler's internal API with the effective tenant and the actor; a body
+is first checked here with the compiler's own model (``shared.pipelines``), so a malformed one
+never leaves the apiserver. Writing needs a tenant, so an administrator writes through
 ``acting_tenant``. A webhook trigger's token is read and rotated through the compiler too, with
 ``pipelines.write``: it is a credential that starts runs.
 """
@@ -25,6 +25,7 @@ from apiserver.routing import API_PREFIX, PAGE, Param, RouteSpec
 from apiserver.runs.query import iso
 from apiserver.services import SERVICES, Services
 from shared import cursors
+from shared.db.git_sources import GitSourceRow
 from shared.db.pipelines import PipelineRow, VersionRow
 from shared.errors import DependencyDown, Invalid, NotFound
 from shared.identifiers import PIPELINE_ID, TRIGGER_NAME_PATTERN
@@ -98,6 +99,30 @@ def _version_item(row: VersionRow) -> dict[str, Any]:
         "created_at": iso(row.created_at),
         "definition": row.definition,
         "template": row.template,
+        "commit": row.commit,
+    }
+
+
+def _git_item(row: GitSourceRow) -> dict[str, Any]:
+    """What Git sync last found: never a credential (the body names a data secret only)."""
+    definition = row.definition
+    return {
+        "repository": definition.get("repository"),
+        "branch": definition.get("branch"),
+        "path": definition.get("path"),
+        "last_good_commit": row.last_good_commit,
+        "last_seen_commit": row.last_seen_commit,
+        "last_error": (
+            None
+            if row.last_error is None
+            else {
+                "reason": row.last_error_reason,
+                "message": row.last_error,
+                "commit": row.last_error_commit,
+                "since": iso(row.last_error_at) if row.last_error_at else None,
+            }
+        ),
+        "checked_at": iso(row.checked_at) if row.checked_at else None,
     }
 
 
@@ -146,6 +171,9 @@ async def read_pipeline(request: web.Request) -> web.Response:
     item["current"] = _version_item(version) if version is not None else None
     recorded = (version.settings if version is not None else {}).get("schedule")
     item["schedule"] = await _schedule(request, pipeline, recorded) if recorded else None
+    if pipeline.definition_type == "git":
+        source = await services.pipelines.git_source(pipeline.id)
+        item["git"] = _git_item(source) if source is not None else None
     return web.json_response(item)
 
 
@@ -271,6 +299,16 @@ async def pause(request: web.Request) -> web.Response:
     return web.json_response(await _compile(request, "POST", path, {}))
 
 
+async def sync(request: web.Request) -> web.Response:
+    query_params(request, set())
+    body = await json_body(request, required=False)
+    if body:
+        name = sorted(body)[0]
+        raise Invalid(f"{name}: unknown field", details={"parameter": name})
+    path = f"{_kind(request)}/{_pipeline_id(request)}/sync"
+    return web.json_response(await _compile(request, "POST", path, {}))
+
+
 async def run(request: web.Request) -> web.Response:
     query_params(request, set())
     body = await json_body(request, required=False)
@@ -311,7 +349,8 @@ _PIPELINE_BODY = {
         "parameters": {"type": "object", "description": "Defaults of declared parameters."},
         "definition": {
             "type": "object",
-            "description": "{type: wizard, spec} or {type: yaml, template} (docs/api.md).",
+            "description": "{type: wizard, spec}, {type: yaml, template} or {type: git, "
+            "repository, branch, path, credentials_secret} (docs/api.md).",
         },
         "schedule": {
             "type": "object",
@@ -502,6 +541,17 @@ def _routes(prefix: str, what: str) -> tuple[RouteSpec, ...]:
             prefix,
             query=(_ACTING,),
             responses={200: "Webhook", **_ERRORS},
+        ),
+        RouteSpec(
+            "POST",
+            f"{item}/sync",
+            sync,
+            write,
+            "Pull the latest commit of a Git-defined pipeline now: a new version when its "
+            "document changed and passes.",
+            prefix,
+            query=(_ACTING,),
+            responses={200: "PipelineSync", **_ERRORS},
         ),
     )
 

@@ -6,8 +6,8 @@ A save, an update and a validate all carry the same body, parsed by ``shared.pip
 
 1. the definition gives an unstamped WorkflowTemplate: a wizard specification is compiled
    (``compiler.pipelines.compile``), YAML is parsed with hard limits
-   (``compiler.pipelines.yamldoc``); a Git definition has no text to render until Git sync
-   fetches it, so it is refused here;
+   (``compiler.pipelines.yamldoc``); a Git definition is rendered exactly like YAML, from the
+   document Git sync (``compiler.gitsync``) read at a commit and passes in (``Fetched``);
 2. the body's ``parameters`` (``{name: default}``) replace the defaults of parameters the
    template declares; naming one it does not declare is an error, not a silent no-op;
 3. ``compiler.pipelines.stamping`` gives it our identity, namespace, labels and service
@@ -63,6 +63,7 @@ from shared import labels as L
 from shared import schedules
 from shared.errors import Invalid
 from shared.pipelines import (
+    GitDefinition,
     ParameterValue,
     PipelineBody,
     PipelineKind,
@@ -97,6 +98,16 @@ class Target:
 
 
 @dataclass(frozen=True, slots=True)
+class Fetched:
+    """A Git definition's document, as read at ``commit`` of its branch (``blob``: the
+    document's Git object id, the same for the same content)."""
+
+    commit: str
+    text: str
+    blob: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Rendered:
     template: dict[str, Any]  # stamped and checked
     parameters: list[dict[str, Any]]  # declared: name, default?, description?, type?, enum?
@@ -104,8 +115,9 @@ class Rendered:
     stages: list[str]  # the ML control stages the template contains (shared.stages)
 
 
-def render(body: PipelineBody, target: Target) -> Rendered:
-    """The stamped, checked template of ``body``; Invalid (400) or Refused (422) otherwise."""
+def render(body: PipelineBody, target: Target, *, fetched: Fetched | None = None) -> Rendered:
+    """The stamped, checked template of ``body`` (of ``fetched``, the document its Git
+    definition was read as); Invalid (400) or Refused (422) otherwise."""
     check_kind(body, target.kind)
     if body.schedule is not None:  # before the template: a wrong schedule is a 400, not a 422
         schedules.check(
@@ -133,10 +145,14 @@ def render(body: PipelineBody, target: Target) -> Rendered:
         document = parse_template_yaml(definition.template)
         warnings += _overridden(document)
     else:
-        raise Invalid(
-            "definition: Git-defined pipelines are not available yet on this installation",
-            details={"errors": [{"field": "definition.type", "message": "not available yet"}]},
-        )
+        assert isinstance(definition, GitDefinition)
+        if fetched is None:  # the service reads the document before it renders
+            raise Invalid(
+                "definition: a Git definition is rendered from the document read at a commit",
+                details={"errors": [{"field": "definition", "message": "nothing was read"}]},
+            )
+        document = parse_template_yaml(fetched.text)
+        warnings += _overridden(document)
     _set_defaults(document, body.parameters)
     stamped = stamp(
         document,

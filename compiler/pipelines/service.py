@@ -25,6 +25,11 @@ transaction under the tenant's shared data-secrets lock, which a data secret's d
 exclusively to check that no current version refers to it; so a version is never recorded
 referring to a secret deleted meanwhile, and a rollback to a version referring to a data
 secret that no longer exists is refused (409).
+A Git definition is read before it is rendered (``GitReader``: its branch's head, the document
+at ``path``), and then takes the YAML path. Its pipeline follows the branch: the body of the last
+save is kept (``git_sources``), and ``sync`` renders it again with the document of a newer commit,
+through the same steps as ``update``, recording the commit on the version. The poller and the
+sync route decide when (``compiler.gitsync``); a save never happens anywhere else.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import asyncpg
 
 from compiler.pipelines import definitions
 from compiler.pipelines.compile import StepLimits
-from compiler.pipelines.definitions import Rendered, Target
+from compiler.pipelines.definitions import Fetched, Rendered, Target
 from compiler.pipelines.stamping import identity_labels, template_name
 from compiler.secrets import references, rules
 from shared import labels as L
@@ -48,7 +53,7 @@ from shared.db.audit import record_action
 from shared.db.pipelines import PipelineRow, PipelineStore, VersionRow
 from shared.errors import Conflict, DependencyDown, Invalid, NotFound, Refused
 from shared.logging import get_logger
-from shared.pipelines import PipelineBody, PipelineKind, parse_body
+from shared.pipelines import GitDefinition, PipelineBody, PipelineKind, parse_body
 
 log = get_logger(__name__)
 
@@ -89,6 +94,13 @@ class DataSecrets(Protocol):
 
 
 Lint = Callable[[str, Mapping[str, Any]], Awaitable[object]]
+
+
+class GitReader(Protocol):
+    """Reads a Git definition's document at its branch's head (``compiler.gitsync``);
+    ``Invalid`` naming what failed (repository, credentials, branch, path, size)."""
+
+    async def read(self, tenant: str, definition: GitDefinition) -> Fetched: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +163,10 @@ class PipelineService:
         instance_id: str,
         attachments: Sequence[Attachment] = (),
         data_secrets: DataSecrets | None = None,
+        git: GitReader | None = None,
     ) -> None:
         self._pool = pool
+        self._git = git
         self._objects = objects
         self._tenants = tenants
         self._lint = lint
@@ -191,8 +205,21 @@ class PipelineService:
             year=datetime.now(UTC).year,
         )
 
-    async def _checked(self, body: PipelineBody, target: Target) -> Rendered:
-        rendered = definitions.render(body, target)
+    async def _read(self, caller: Caller, body: PipelineBody) -> Fetched | None:
+        """The document of a Git definition, read now; None for any other definition."""
+        if not isinstance(body.definition, GitDefinition):
+            return None
+        if self._git is None:
+            raise Invalid(
+                "definition: Git-defined pipelines are not available on this installation",
+                details={"errors": [{"field": "definition.type", "message": "not available"}]},
+            )
+        return await self._git.read(caller.tenant, body.definition)
+
+    async def _checked(
+        self, body: PipelineBody, target: Target, fetched: Fetched | None = None
+    ) -> Rendered:
+        rendered = definitions.render(body, target, fetched=fetched)
         if self._lint is None:
             return rendered
         try:
@@ -219,9 +246,12 @@ class PipelineService:
     async def validate(self, caller: Caller, kind: PipelineKind, data: object) -> dict[str, Any]:
         """Render, check and lint without saving (the id is a placeholder)."""
         body = parse_body(data, kind)
+        fetched = await self._read(caller, body)
         secrets = await self._secrets(caller.tenant, None)
-        rendered = await self._checked(body, self._target(caller, kind, "validate", 1, secrets))
-        return {"valid": True, "template": rendered.template, "warnings": rendered.warnings}
+        target = self._target(caller, kind, "validate", 1, secrets)
+        rendered = await self._checked(body, target, fetched)
+        result = {"valid": True, "template": rendered.template, "warnings": rendered.warnings}
+        return result if fetched is None else {**result, "commit": fetched.commit}
 
     # --- saving ------------------------------------------------------------------------------
     def _transaction(self) -> contextlib.AbstractAsyncContextManager[PipelineStore]:
@@ -230,11 +260,12 @@ class PipelineService:
     async def create(self, caller: Caller, kind: PipelineKind, data: object) -> dict[str, Any]:
         body = parse_body(data, kind)
         pipeline_id = new_pipeline_id()
+        fetched = await self._read(caller, body)
         await self._tenants.ensure(caller.tenant)
         async with self._transaction() as store:
             secrets = await self._secrets(caller.tenant, store)
             rendered = await self._checked(
-                body, self._target(caller, kind, pipeline_id, 1, secrets)
+                body, self._target(caller, kind, pipeline_id, 1, secrets), fetched
             )
             if await store.name_taken(caller.tenant, kind, body.name):
                 raise Conflict(
@@ -260,15 +291,17 @@ class PipelineService:
                     ARGO_API_VERSION, TEMPLATE_KIND, metadata["namespace"], metadata["name"]
                 )
                 raise
-            row = await self._record(store, pipeline_id, 1, body, rendered, caller)
+            row = await self._record(store, pipeline_id, 1, body, rendered, caller, fetched)
+            await self._follow(store, pipeline_id, body, fetched)
             await self._attach(caller.tenant, kind, pipeline_id, body.name, row)
         log.info("pipeline_created", pipeline=pipeline_id, tenant=caller.tenant, kind=kind)
-        return self._saved(pipeline_id, 1, rendered)
+        return self._saved(pipeline_id, 1, rendered, fetched)
 
     async def update(
         self, caller: Caller, kind: PipelineKind, pipeline_id: str, data: object
     ) -> dict[str, Any]:
         body = parse_body(data, kind)
+        fetched = await self._read(caller, body)
         await self._tenants.ensure(caller.tenant)
         async with self._transaction() as store:
             pipeline = await self._locked(store, caller, kind, pipeline_id)
@@ -277,25 +310,90 @@ class PipelineService:
                     f"a {kind} pipeline named {body.name!r} exists already",
                     details={"name": body.name},
                 )
-            version = pipeline.latest_version + 1
-            secrets = await self._secrets(caller.tenant, store)
-            rendered = await self._checked(
-                body, self._target(caller, kind, pipeline_id, version, secrets)
-            )
-            await self._objects.apply(rendered.template)
-            row = await self._record(store, pipeline_id, version, body, rendered, caller)
-            await store.point_at(
+            saved = await self._new_version(store, caller, pipeline, body, fetched)
+            await self._follow(store, pipeline_id, body, fetched)
+        log.info("pipeline_updated", pipeline=pipeline_id, version=saved["version"])
+        return saved
+
+    async def sync(
+        self,
+        caller: Caller,
+        kind: PipelineKind,
+        pipeline_id: str,
+        definition: GitDefinition,
+        fetched: Fetched,
+    ) -> dict[str, Any]:
+        """A new version of a Git-defined pipeline from ``fetched``, the document its
+        ``definition`` was read as at a newer commit: the body of its last save rendered again,
+        through ``update``'s steps. ``{"outcome": "unchanged"}`` when that commit has made a
+        version already (a concurrent sync) or brings the document the last version was made
+        from; ``Conflict`` when a save changed the pipeline's definition since it was read."""
+        await self._tenants.ensure(caller.tenant)
+        async with self._transaction() as store:
+            pipeline = await self._locked(store, caller, kind, pipeline_id)
+            source = await store.git.get(pipeline_id)
+            if source is None or source.definition != definition.model_dump(mode="json"):
+                raise Conflict(
+                    f"the Git definition of pipeline {pipeline_id!r} changed while it was read",
+                    details={"id": pipeline_id},
+                )
+            if source.last_good_commit == fetched.commit:
+                return {"id": pipeline_id, "outcome": "unchanged", "commit": fetched.commit}
+            if fetched.blob is not None and fetched.blob == source.last_good_blob:
+                # A commit that left the document as it was: nothing to make a version of.
+                await store.git.synced(pipeline_id, commit=fetched.commit, blob=fetched.blob)
+                return {"id": pipeline_id, "outcome": "unchanged", "commit": fetched.commit}
+            body = parse_body(source.body, kind)
+            saved = await self._new_version(store, caller, pipeline, body, fetched)
+            await store.git.synced(pipeline_id, commit=fetched.commit, blob=fetched.blob)
+        log.info(
+            "pipeline_synced", pipeline=pipeline_id, version=saved["version"], commit=fetched.commit
+        )
+        return {**saved, "outcome": "updated"}
+
+    async def _new_version(
+        self,
+        store: PipelineStore,
+        caller: Caller,
+        pipeline: PipelineRow,
+        body: PipelineBody,
+        fetched: Fetched | None,
+    ) -> dict[str, Any]:
+        """Render, check, lint, apply, record and make current the next version of the locked
+        ``pipeline``: what ``update`` and ``sync`` share."""
+        pipeline_id, kind = pipeline.id, pipeline.kind
+        version = pipeline.latest_version + 1
+        secrets = await self._secrets(caller.tenant, store)
+        target = self._target(caller, kind, pipeline_id, version, secrets)
+        rendered = await self._checked(body, target, fetched)
+        await self._objects.apply(rendered.template)
+        row = await self._record(store, pipeline_id, version, body, rendered, caller, fetched)
+        await store.point_at(
+            pipeline_id,
+            current=version,
+            latest=version,
+            name=body.name,
+            description=body.description,
+            definition_type=body.definition.type,
+        )
+        await self._attach(caller.tenant, kind, pipeline_id, body.name, row)
+        await self._collect(store, pipeline, current=version)
+        return self._saved(pipeline_id, version, rendered, fetched)
+
+    @staticmethod
+    async def _follow(
+        store: PipelineStore, pipeline_id: str, body: PipelineBody, fetched: Fetched | None
+    ) -> None:
+        """Keep the body of a Git-defined save for the syncs to come; forget it otherwise."""
+        if fetched is None:
+            await store.git.drop(pipeline_id)
+        else:
+            await store.git.save(
                 pipeline_id,
-                current=version,
-                latest=version,
-                name=body.name,
-                description=body.description,
-                definition_type=body.definition.type,
+                body=body.model_dump(mode="json"),
+                commit=fetched.commit,
+                blob=fetched.blob,
             )
-            await self._attach(caller.tenant, kind, pipeline_id, body.name, row)
-            await self._collect(store, pipeline, current=version)
-        log.info("pipeline_updated", pipeline=pipeline_id, version=version, tenant=caller.tenant)
-        return self._saved(pipeline_id, version, rendered)
 
     async def _record(
         self,
@@ -305,6 +403,7 @@ class PipelineService:
         body: PipelineBody,
         rendered: Rendered,
         caller: Caller,
+        fetched: Fetched | None = None,
     ) -> VersionRow:
         await store.insert_version(
             pipeline_id=pipeline_id,
@@ -316,6 +415,7 @@ class PipelineService:
             template_name=template_name(pipeline_id, version),
             template=rendered.template,
             actor=caller.actor,
+            commit=fetched.commit if fetched else None,
         )
         row = await store.version(pipeline_id, version)
         assert row is not None  # written just now, in this transaction
@@ -329,13 +429,18 @@ class PipelineService:
             await attachment.attach(current)
 
     @staticmethod
-    def _saved(pipeline_id: str, version: int, rendered: Rendered) -> dict[str, Any]:
-        return {
+    def _saved(
+        pipeline_id: str, version: int, rendered: Rendered, fetched: Fetched | None = None
+    ) -> dict[str, Any]:
+        saved: dict[str, Any] = {
             "id": pipeline_id,
             "version": version,
             "template_name": template_name(pipeline_id, version),
             "warnings": rendered.warnings,
         }
+        if fetched is not None:
+            saved["commit"] = fetched.commit
+        return saved
 
     async def _locked(
         self, store: PipelineStore, caller: Caller, kind: PipelineKind, pipeline_id: str

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import asyncpg
 
+from shared.db.git_sources import GitSourceRow, GitSourceStore
 from shared.db.pool import translate_db_errors
 from shared.errors import Conflict
 from shared.pipelines import PipelineKind
@@ -56,6 +57,7 @@ class VersionRow:
     template_removed_at: datetime | None
     created_by: str
     created_at: datetime
+    commit: str | None = None  # the Git commit its document was read at (None: not from Git)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +72,7 @@ _PIPELINE: Final = (
 )
 _VERSION: Final = (
     "pipeline_id, version, definition, parameters, settings, stages, template_name, template, "
-    "template_removed_at, created_by, created_at"
+    "template_removed_at, created_by, created_at, commit"
 )
 # ``$2`` is the tenant, NULL for every tenant's.
 _LISTED: Final = "kind = $1 AND ($2::text IS NULL OR tenant = $2) AND name ILIKE $3"
@@ -145,6 +147,12 @@ class PipelineReader:
             )
         return _version(row)
 
+    async def git_source(self, pipeline_id: str) -> GitSourceRow | None:
+        """What Git sync last found for a Git-defined pipeline (read after ``find``)."""
+        with translate_db_errors():
+            async with self._pool.acquire() as conn:
+                return await GitSourceStore(conn).get(pipeline_id)
+
     async def versions(
         self, pipeline_id: str, *, before: int | None, limit: int
     ) -> list[VersionRow]:
@@ -165,6 +173,7 @@ class PipelineStore:
 
     def __init__(self, conn: asyncpg.Connection) -> None:
         self._conn = conn
+        self.git = GitSourceStore(conn)  # the pipeline's Git source, in the same transaction
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -247,11 +256,12 @@ class PipelineStore:
         template_name: str,
         template: dict[str, Any],
         actor: str,
+        commit: str | None = None,
     ) -> None:
         await self._conn.execute(
             "INSERT INTO pipeline_versions (pipeline_id, version, definition, parameters, "
-            "settings, stages, template_name, template, created_by) "
-            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            "settings, stages, template_name, template, created_by, commit) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             pipeline_id,
             version,
             definition,
@@ -261,6 +271,7 @@ class PipelineStore:
             template_name,
             template,
             actor,
+            commit,
         )
 
     async def point_at(

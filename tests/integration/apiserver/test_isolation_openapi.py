@@ -62,6 +62,7 @@ for _kind in ("data-pipelines", "ml-pipelines"):
             f"{_item}/triggers/on-upload/webhook/rotate",
             403,
         ),
+        ("POST", f"{_base}/{{id}}/sync"): (f"{_item}/sync", 403),
     }
 # Data secrets: globex (pipelines.read) may not write them; reads go to the compiler, absent
 # here (503); the compiler only ever looks in the caller's own namespace, which

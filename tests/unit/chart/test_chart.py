@@ -68,3 +68,23 @@ def test_the_compiler_learns_the_names_the_chart_gives() -> None:
     }
     assert (spec.compiler_namespace, spec.compiler_account) in accounts
     assert spec.compiler_account == f"{RELEASE}-compiler"
+
+
+def test_only_the_compiler_gets_a_tmpfs_for_git_sync_and_is_told_where_it_is() -> None:
+    """The root filesystem is read-only: Git sync's fetches need a writable, bounded place."""
+    deployments = {
+        d["metadata"]["name"]: d["spec"]["template"]["spec"]
+        for d in rendered()
+        if d["kind"] == "Deployment"
+    }
+    compiler = deployments.pop(f"{RELEASE}-compiler")
+    workdir = Settings(DATABASE_URL="postgresql://u@h/db", **compiler_env(rendered())).GIT_WORKDIR
+    [container] = compiler["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    [mount] = container["volumeMounts"]
+    assert mount["mountPath"] == workdir
+    [volume] = compiler["volumes"]
+    assert volume["name"] == mount["name"]
+    assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "160Mi"}
+    for spec in deployments.values():
+        assert "volumes" not in spec
