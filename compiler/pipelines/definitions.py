@@ -182,7 +182,27 @@ def render(body: PipelineBody, target: Target, *, fetched: Fetched | None = None
     allowlist.raise_if_refused(violations)
     declared = declared_parameters(stamped, types)
     _check_trigger_parameters(body.triggers or [], declared)
+    _check_channel_secrets(body, target.data_secrets)
     return Rendered(stamped, declared, warnings, release.stages_of(stamped))
+
+
+def _check_channel_secrets(body: PipelineBody, data_secrets: frozenset[str]) -> None:
+    """A notification channel names one of the tenant's data secrets, as a template's Secret
+    reference must: a channel naming anything else would fail every delivery, found out only
+    when a run fails."""
+    errors = [
+        {
+            "field": f"notifications[{index}].secret",
+            "message": f"{channel.secret!r} is not one of the tenant's data secrets",
+        }
+        for index, channel in enumerate(body.notifications)
+        if channel.secret not in data_secrets
+    ]
+    if errors:
+        summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
+        raise Invalid(
+            f"the pipeline's notifications are invalid: {summary}", details={"errors": errors}
+        )
 
 
 def _check_trigger_parameters(
