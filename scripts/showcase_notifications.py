@@ -9,7 +9,6 @@ allowed, the UI link); ``scripts/demo.py`` adds it to every deployable's environ
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 from collections.abc import Callable
@@ -24,7 +23,7 @@ COMPILER_ENV = {
 }
 HOOK = "T0DEMO/B0DEMO/not-a-real-token"
 TENANT = "demo"
-PIPELINE = {
+PIPELINE: dict[str, Any] = {
     "name": "nightly-report",
     "description": "builds the nightly report; its load step fails on purpose",
     "definition": {
@@ -43,11 +42,12 @@ PIPELINE = {
             ],
         },
     },
-    "notifications": [
-        {"name": "ops-slack", "type": "slack", "secret": "ops-slack-webhook", "on": "always"},
-        {"name": "on-call", "type": "pagerduty", "secret": "pagerduty", "severity": "error"},
-    ],
 }
+CHANNELS: list[dict[str, str]] = [
+    {"name": "ops-slack", "type": "slack", "secret": "ops-slack-webhook", "on": "always"},
+    {"name": "on-call", "type": "pagerduty", "secret": "pagerduty", "severity": "error"},
+]
+PIPELINE["notifications"] = CHANNELS
 
 
 def _show(log: Callable[[str], None], request: Any) -> None:
@@ -63,32 +63,25 @@ def _show(log: Callable[[str], None], request: Any) -> None:
         )
 
 
-async def _data_secrets(kubeconfig_path: str) -> None:
-    """The channels' data secrets in the tenant's namespace, labelled as the data-secrets API
-    labels them (the demo writes them directly to the simulated host)."""
-    from pathlib import Path
+async def _data_secrets(http: object, api: str, log: Callable[[str], None]) -> bool:
+    """The channels' data secrets, stored through the data-secrets API (a save refuses a channel
+    naming anything else); True when both were stored."""
+    import aiohttp
 
-    from kubernetes_asyncio import client
-
-    from shared import labels as L
-    from shared.k8s import client_from_kubeconfig
-
-    api = await client_from_kubeconfig(Path(kubeconfig_path).read_text())  # noqa: ASYNC240
-    try:
-        core = client.CoreV1Api(api)
-        for name, key, value in (
-            ("ops-slack-webhook", "url", f"{RECEIVERS}/slack/{HOOK}"),
-            ("pagerduty", "routing_key", "R0UT1NGKEYDEM0000000000000000000"),
-        ):
-            body = {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": name, "labels": {L.DATA_SECRET: L.DATA_SECRET_VALUE}},
-                "data": {key: base64.b64encode(value.encode()).decode()},
-            }
-            await core.create_namespaced_secret(f"{L.DATA_NAMESPACE_PREFIX}{TENANT}", body)
-    finally:
-        await api.close()
+    assert isinstance(http, aiohttp.ClientSession)
+    for name, key, value in (
+        ("ops-slack-webhook", "url", f"{RECEIVERS}/slack/{HOOK}"),
+        ("pagerduty", "routing_key", "R0UT1NGKEYDEM0000000000000000000"),
+    ):
+        async with http.put(
+            f"{api}/api/v1/data-secrets/{name}",
+            json={"data": {key: value}},
+            headers={"X-Kubeopera-Permissions": "pipelines.read,secrets.write"},
+        ) as answer:
+            if answer.status not in (200, 201):
+                log(f"notifications: PUT /api/v1/data-secrets/{name} → {answer.status}")
+                return False
+    return True
 
 
 async def notifications_showcase(
@@ -107,16 +100,16 @@ async def notifications_showcase(
         await asyncio.sleep(12)  # after the pipelines showcase has provisioned the tenant
         base = f"{api}/api/v1/data-pipelines"
         async with aiohttp.ClientSession(headers=headers) as http:
+            if not await _data_secrets(http, api, log):
+                return
             async with http.post(base, json=PIPELINE) as answer:
                 saved = await answer.json()
             if answer.status != 201:
                 log(f"notifications: POST /api/v1/data-pipelines → {answer.status} {saved}")
                 return
-            await _data_secrets(kubeconfig)
             channels = ", ".join(
-                f"{c['name']} ({c['type']}, on {c.get('on', 'failure')})"
-                for c in PIPELINE["notifications"]
-            )  # type: ignore[union-attr]
+                f"{c['name']} ({c['type']}, on {c.get('on', 'failure')})" for c in CHANNELS
+            )
             log(f"tenant {TENANT} saved {PIPELINE['name']!r} with notifications: {channels}")
             async with http.post(f"{base}/{saved['id']}/run", json={}) as answer:
                 run = await answer.json()
