@@ -22,7 +22,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".run" / "demo"
-GIT_PORT = 8126
+GIT_PORT = 8127
 CA_FILE = STATE / "git-ca.pem"
 INTERVAL = 15
 ENVIRONMENT = {"GIT_CA_BUNDLE": str(CA_FILE), "GIT_SYNC_INTERVAL": f"{INTERVAL}s"}
