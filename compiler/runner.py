@@ -25,8 +25,10 @@ from compiler.pipelines.compile import StepLimits
 from compiler.pipelines.service import Limits, PipelineService
 from compiler.tenants.service import TenantProvisioner
 from compiler.tenants.storage_users import StorageUsers
+from compiler.tracking.service import ExperimentTracking, tracking_configured
 from shared.argo import ArgoServer
 from shared.config import Settings
+from shared.db.experiments import ExperimentStore
 from shared.db.migrations import apply_migrations
 from shared.db.pool import create_pool, database_ready
 from shared.health import HealthServer
@@ -73,6 +75,7 @@ def limits_of(settings: Settings) -> Limits:
         ml=StepLimits.from_settings(settings, "ml"),
         artifact_bucket=settings.ARTIFACT_BUCKET or "",
         templates_kept=settings.PIPELINE_TEMPLATES_KEPT,
+        tracking=tracking_configured(settings),
     )
 
 
@@ -103,6 +106,11 @@ def assemble(
         lint=lint,
         limits=limits_of(settings),
         instance_id=settings.ARGO_DATA_INSTANCE_ID,
+        attachments=[
+            *ExperimentTracking.from_settings(
+                settings, objects=objects, store=ExperimentStore(pool)
+            ),
+        ],
     )
     key = settings.INTERNAL_API_KEY
     if key is None:

@@ -15,10 +15,14 @@ A save, an update and a validate all carry the same body, parsed by ``shared.pip
 4. the allowlist (``compiler.pipelines.allowlist``) and Argo's schema
    (``compiler.pipelines.argo_schema``) judge the stamped document together, so a refusal lists
    every violation of both at once (422). The allowlist judges it against the target: the tenant,
-   the kind, the largest step and the tenant's data secrets. Whatever the platform must add that a
-   tenant may not write (a reference to one of its own Secrets) would come after this step; nothing
-   does today: the executor's token and the artifact repository's credentials are found by Argo at
-   run time, through the executor's service account and the namespace's repository ConfigMap.
+   the kind, the largest step and the tenant's data secrets;
+5. whatever the platform must add that a tenant may not write comes after that judgement: an ML
+   pipeline's containers get the tenant's MLflow account (``envFrom`` the Secret
+   ``kubeopera-mlflow``, ``compiler.pipelines.stamping.with_tracking_credentials``) when the
+   target says tracking is on (``tracking_secret``); a tenant who writes that reference itself is
+   still refused in step 4. The executor's token and the artifact repository's credentials need
+   nothing here: Argo finds them at run time, through the executor's service account and the
+   namespace's repository ConfigMap.
 
 Argo's own lint, the third opinion, needs the Argo server and is called by the service
 (``compiler.pipelines.service``). ``run_arguments`` checks a run's parameter overrides against
@@ -35,7 +39,7 @@ from typing import Any, Final
 from compiler.pipelines import allowlist, argo_schema
 from compiler.pipelines.compile import StepLimits, compile_wizard
 from compiler.pipelines.spec import parameter_value
-from compiler.pipelines.stamping import stamp
+from compiler.pipelines.stamping import stamp, with_tracking_credentials
 from compiler.pipelines.yamldoc import parse_template_yaml
 from shared import labels as L
 from shared.errors import Invalid
@@ -61,6 +65,9 @@ class Target:
     # The Secrets the tenant created through workflow-manager, the only ones a template may
     # reference; data secrets do not exist yet, so none may.
     data_secrets: frozenset[str] = frozenset()
+    # The Secret holding the tenant's MLflow account, given to every container of an ML
+    # pipeline after the allowlist (None: experiment tracking is not configured).
+    tracking_secret: str | None = None
 
     @property
     def namespace(self) -> str:
@@ -121,6 +128,8 @@ def render(body: PipelineBody, target: Target) -> Rendered:
     if not violations:  # a refused document is not worth a schema opinion
         violations += argo_schema.schema_violations(stamped)
     allowlist.raise_if_refused(violations)
+    if target.tracking_secret is not None and target.kind == L.PIPELINE_KIND_ML:
+        stamped = with_tracking_credentials(stamped, target.tracking_secret)
     return Rendered(stamped, declared_parameters(stamped, types), warnings)
 
 

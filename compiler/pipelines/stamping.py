@@ -17,6 +17,10 @@ is returned. Whatever a tenant wrote in the identity fields is replaced or remov
   ``kubeopera-training`` account with its token mounted, which Spark drivers and PyTorch
   launchers need to create their workers. These are the only accounts a template may name;
   ``compiler.pipelines.allowlist`` refuses any other.
+
+``with_tracking_credentials`` is the one thing added after the allowlist has judged the
+document: the reference to the platform's ``kubeopera-mlflow`` Secret, which the allowlist
+refuses in any tenant's writing (``compiler.pipelines.definitions``, step 5).
 """
 
 from __future__ import annotations
@@ -168,4 +172,31 @@ def stamp(
         if account is not None:
             entry["serviceAccountName"] = account
             entry["automountServiceAccountToken"] = True
+    return document
+
+
+def with_tracking_credentials(template: Mapping[str, Any], secret: str) -> dict[str, Any]:
+    """A copy of ``template`` whose every main container (a template's ``container``,
+    ``script`` and each of a ``containerSet``'s; not init containers or sidecars) gets
+    ``envFrom`` the Secret ``secret`` first: the MLflow account's ``MLFLOW_TRACKING_*``
+    variables. An ``env`` entry the tenant wrote of the same name still wins (Kubernetes gives
+    ``env`` precedence over ``envFrom``), which only changes what the tenant's own code reads.
+    Suspend, resource and other templates run no tenant container and get nothing. Purely
+    computational."""
+    document = _copy(template)
+    spec = document.get("spec")
+    templates = spec.get("templates") if isinstance(spec, dict) else None
+    reference = {"secretRef": {"name": secret}}
+    for entry in templates if isinstance(templates, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        containers = [entry.get("container"), entry.get("script")]
+        container_set = entry.get("containerSet")
+        if isinstance(container_set, dict) and isinstance(container_set.get("containers"), list):
+            containers += container_set["containers"]
+        for container in containers:
+            if isinstance(container, dict):
+                existing = container.get("envFrom")
+                existing = existing if isinstance(existing, list) else []
+                container["envFrom"] = [dict(reference), *existing]
     return document
