@@ -21,6 +21,7 @@ from apiserver.services import SERVICES, Services
 from apiserver.stream.hub import StreamHub
 from apiserver.stream.routes import HUB
 from apiserver.stream.routes import ROUTES as STREAM_ROUTES
+from apiserver.tracking.routes import ROUTES as TRACKING_ROUTES
 from shared.web import error_middleware, request_id_header
 
 
@@ -35,6 +36,7 @@ def route_specs() -> list[RouteSpec]:
         *CLUSTER_ROUTES,
         *GRANT_ROUTES,
         *PIPELINE_ROUTES,
+        *TRACKING_ROUTES,
         openapi.ROUTE,
     ]
 

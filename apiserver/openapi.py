@@ -234,6 +234,51 @@ SCHEMAS: dict[str, Any] = {
             "parameters": {"type": "object", "additionalProperties": {"type": "string"}},
         },
     },
+    "TrackingRun": {
+        "type": "object",
+        "properties": {
+            "run_id": {"type": "string"},
+            "name": {"type": "string", "nullable": True},
+            "status": {"type": "string"},
+            "started_at": {"type": "string", "format": "date-time", "nullable": True},
+            "ended_at": {"type": "string", "format": "date-time", "nullable": True},
+            "user": {"type": "string", "nullable": True},
+            "metrics": {
+                "type": "object",
+                "additionalProperties": {"type": "number", "nullable": True},
+            },
+            "params": {"type": "object", "additionalProperties": {"type": "string"}},
+            "tags": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
+    },
+    "TrackingRunPage": {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/TrackingRun"}},
+            "next_cursor": {"type": "string", "nullable": True},
+            "total": {"type": "integer", "nullable": True},
+            "experiment": {"type": "object"},
+        },
+    },
+    "MetricPoint": {
+        "type": "object",
+        "properties": {
+            "step": {"type": "integer"},
+            "value": {"type": "number", "nullable": True},
+            "timestamp": {"type": "integer", "nullable": True},
+            "at": {"type": "string", "format": "date-time", "nullable": True},
+        },
+    },
+    "MetricHistoryPage": {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/MetricPoint"}},
+            "next_cursor": {"type": "string", "nullable": True},
+            "total": {"type": "integer", "nullable": True},
+            "run_id": {"type": "string"},
+            "key": {"type": "string"},
+        },
+    },
     "RefreshAccepted": {"type": "object", "properties": {"refresh": {"type": "string"}}},
     "EventStream": {"type": "string", "description": "text/event-stream"},
     "Text": {"type": "string"},
@@ -261,8 +306,8 @@ ERROR_MEANINGS: Mapping[int, str] = {
     404: "Nothing of that name, or nothing the caller may see: the same answer.",
     409: "The target's state refuses the request (details.reason).",
     422: "The pipeline's template is refused (details.violations).",
-    503: "A dependency did not answer: PostgreSQL, a cluster, its Argo server, object storage "
-    "or the pipeline compiler.",
+    503: "A dependency did not answer: PostgreSQL, a cluster, its Argo server, object storage, "
+    "the pipeline compiler or the tracking server (MLflow).",
 }
 ACTING_TENANT = Param(
     ACTING_TENANT_PARAM,

@@ -71,6 +71,9 @@ CLUSTER_ID: Final = ids.CLUSTER_ID_PATTERN
 # Argo's own rule for artifact (and parameter) names.
 ARTIFACT_NAME: Final = r"^[-A-Za-z0-9_]+$"
 PIPELINE_ID: Final = ids.PIPELINE_ID_PATTERN
+# MLflow's rule for metric names (letters, digits, '_', '-', '.', ':', '/'), ASCII and without
+# the space it also allows.
+METRIC_KEY: Final = r"^[A-Za-z0-9_\-.:/]+$"
 
 # Every path placeholder of every route, with the rule checked before its handler runs (an
 # unknown placeholder fails at registration: nothing is served undocumented).
@@ -98,6 +101,23 @@ PATH_PARAMS: Final[Mapping[str, Param]] = {
             example="etl",
         ),
         Param("id", "Pipeline id.", pattern=PIPELINE_ID, max_length=40, example="a1b2c3"),
+        Param("pipeline", "ML pipeline id.", pattern=PIPELINE_ID, max_length=40, example="a1b2c3"),
+        # An MLflow run id under /ml-tracking (32 hexadecimal digits), a workflow run's name
+        # under /models approvals: both DNS-1123 subdomains.
+        Param(
+            "run",
+            "Run id.",
+            pattern=DNS_SUBDOMAIN,
+            max_length=253,
+            example="5df970fc59da4761ad087131c171f4aa",
+        ),
+        Param(
+            "key",
+            "MLflow metric key ('/' percent-encoded as %2F).",
+            pattern=METRIC_KEY,
+            max_length=250,
+            example="loss",
+        ),
     )
 }
 # The page of every keyset-paginated list (apiserver.paging holds the rule).

@@ -59,7 +59,7 @@ class MlflowClient:
     ) -> None:
         self._session = session
         self._base = base_url.rstrip("/")
-        self._admin = aiohttp.BasicAuth(username, password)
+        self._admin = aiohttp.encode_basic_auth(username, password)
         self._timeout = aiohttp.ClientTimeout(total=timeout)
 
     @classmethod
@@ -88,7 +88,7 @@ class MlflowClient:
         *,
         params: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
-        auth: aiohttp.BasicAuth | None = None,
+        auth: str | None = None,
     ) -> dict[str, Any]:
         try:
             if self._session is not None:
@@ -131,14 +131,14 @@ class MlflowClient:
         path: str,
         params: Mapping[str, str] | None,
         body: Mapping[str, Any] | None,
-        auth: aiohttp.BasicAuth | None,
+        auth: str | None,
     ) -> tuple[int, str]:
         async with session.request(
             method,
             f"{self._base}{path}",
             params=dict(params or {}),
             json=None if body is None else dict(body),
-            auth=auth or self._admin,
+            headers={"Authorization": auth or self._admin},
             timeout=self._timeout,
         ) as answer:
             return answer.status, await answer.text()
@@ -168,7 +168,7 @@ class MlflowClient:
         """Whether the server takes these credentials (a call made as that account)."""
         try:
             await self._call(
-                "GET", f"{_API2}/users/current", auth=aiohttp.BasicAuth(username, password)
+                "GET", f"{_API2}/users/current", auth=aiohttp.encode_basic_auth(username, password)
             )
         except DependencyDown as refused:
             if refused.details.get("mlflow_error") in ("401", "403"):
@@ -205,6 +205,19 @@ class MlflowClient:
             body["tags"] = [{"key": key, "value": value} for key, value in tags.items()]
         answer = await self._call("POST", f"{_API2}/experiments/create", body=body)
         return str(answer["experiment_id"])
+
+    async def rename_experiment(self, experiment_id: str, new_name: str) -> None:
+        """Rename an active experiment; Conflict when the name is taken."""
+        await self._call(
+            "POST",
+            f"{_API2}/experiments/update",
+            body={"experiment_id": experiment_id, "new_name": new_name},
+        )
+
+    async def restore_experiment(self, experiment_id: str) -> None:
+        await self._call(
+            "POST", f"{_API2}/experiments/restore", body={"experiment_id": experiment_id}
+        )
 
     async def permission(self, username: str, experiment_id: str) -> str:
         """The account's effective permission on the experiment (``NO_PERMISSIONS`` when none)."""

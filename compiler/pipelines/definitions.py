@@ -18,11 +18,12 @@ A save, an update and a validate all carry the same body, parsed by ``shared.pip
    the kind, the largest step and the tenant's data secrets;
 5. whatever the platform must add that a tenant may not write comes after that judgement: an ML
    pipeline's containers get the tenant's MLflow account (``envFrom`` the Secret
-   ``kubeopera-mlflow``, ``compiler.pipelines.stamping.with_tracking_credentials``) when the
-   target says tracking is on (``tracking_secret``); a tenant who writes that reference itself is
-   still refused in step 4. The executor's token and the artifact repository's credentials need
-   nothing here: Argo finds them at run time, through the executor's service account and the
-   namespace's repository ConfigMap.
+   ``kubeopera-mlflow``) and their experiment's name (``MLFLOW_EXPERIMENT_NAME``), through
+   ``compiler.pipelines.stamping.with_tracking_credentials``, when the target says tracking is
+   on; a tenant who writes that Secret's reference itself is still refused in step 4. The
+   executor's token and the artifact repository's credentials need nothing here: Argo finds
+   them at run time, through the executor's service account and the namespace's repository
+   ConfigMap.
 
 Argo's own lint, the third opinion, needs the Argo server and is called by the service
 (``compiler.pipelines.service``). ``run_arguments`` checks a run's parameter overrides against
@@ -41,6 +42,7 @@ from compiler.pipelines.compile import StepLimits, compile_wizard
 from compiler.pipelines.spec import parameter_value
 from compiler.pipelines.stamping import stamp, with_tracking_credentials
 from compiler.pipelines.yamldoc import parse_template_yaml
+from compiler.tracking import accounts as tracking
 from shared import labels as L
 from shared.errors import Invalid
 from shared.pipelines import (
@@ -65,9 +67,9 @@ class Target:
     # The Secrets the tenant created through workflow-manager, the only ones a template may
     # reference; data secrets do not exist yet, so none may.
     data_secrets: frozenset[str] = frozenset()
-    # The Secret holding the tenant's MLflow account, given to every container of an ML
-    # pipeline after the allowlist (None: experiment tracking is not configured).
-    tracking_secret: str | None = None
+    # Experiment tracking is configured: an ML pipeline's containers get the tenant's MLflow
+    # account and their experiment's name, after the allowlist (``compiler.tracking``).
+    tracking: bool = False
 
     @property
     def namespace(self) -> str:
@@ -128,8 +130,12 @@ def render(body: PipelineBody, target: Target) -> Rendered:
     if not violations:  # a refused document is not worth a schema opinion
         violations += argo_schema.schema_violations(stamped)
     allowlist.raise_if_refused(violations)
-    if target.tracking_secret is not None and target.kind == L.PIPELINE_KIND_ML:
-        stamped = with_tracking_credentials(stamped, target.tracking_secret)
+    if target.tracking and target.kind == L.PIPELINE_KIND_ML:
+        stamped = with_tracking_credentials(
+            stamped,
+            secret=tracking.SECRET_NAME,
+            experiment=tracking.experiment_name(target.tenant, target.pipeline_id),
+        )
     return Rendered(stamped, declared_parameters(stamped, types), warnings)
 
 

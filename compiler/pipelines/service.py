@@ -33,7 +33,6 @@ from compiler.pipelines import definitions
 from compiler.pipelines.compile import StepLimits
 from compiler.pipelines.definitions import Rendered, Target
 from compiler.pipelines.stamping import identity_labels, template_name
-from compiler.tenants.provisioning import TRACKING_SECRET
 from shared import labels as L
 from shared.db.audit import record_action
 from shared.db.pipelines import PipelineRow, PipelineStore, VersionRow
@@ -156,7 +155,7 @@ class PipelineService:
             artifact_bucket=self._limits.artifact_bucket,
             # Data secrets are not available yet: a tenant has none a template may reference.
             data_secrets=frozenset(),
-            tracking_secret=TRACKING_SECRET if self._limits.tracking else None,
+            tracking=self._limits.tracking,
         )
 
     async def _checked(self, body: PipelineBody, target: Target) -> Rendered:

@@ -20,7 +20,8 @@ is returned. Whatever a tenant wrote in the identity fields is replaced or remov
 
 ``with_tracking_credentials`` is the one thing added after the allowlist has judged the
 document: the reference to the platform's ``kubeopera-mlflow`` Secret, which the allowlist
-refuses in any tenant's writing (``compiler.pipelines.definitions``, step 5).
+refuses in any tenant's writing, and the experiment's name (``compiler.pipelines.definitions``,
+step 5).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from compiler.tenants.provisioning import EXECUTOR_SERVICE_ACCOUNT as EXECUTOR_S
 from compiler.tenants.provisioning import SPARK_SERVICE_ACCOUNT as SPARK_SERVICE_ACCOUNT
 from compiler.tenants.provisioning import TRAINING_SERVICE_ACCOUNT as TRAINING_SERVICE_ACCOUNT
 from compiler.tenants.provisioning import WORKLOAD_SERVICE_ACCOUNT as WORKLOAD_SERVICE_ACCOUNT
+from compiler.tracking.accounts import EXPERIMENT_VARIABLE
 from shared import labels as L
 from shared.pipelines import PipelineKind
 
@@ -175,18 +177,20 @@ def stamp(
     return document
 
 
-def with_tracking_credentials(template: Mapping[str, Any], secret: str) -> dict[str, Any]:
+def with_tracking_credentials(
+    template: Mapping[str, Any], *, secret: str, experiment: str
+) -> dict[str, Any]:
     """A copy of ``template`` whose every main container (a template's ``container``,
     ``script`` and each of a ``containerSet``'s; not init containers or sidecars) gets
-    ``envFrom`` the Secret ``secret`` first: the MLflow account's ``MLFLOW_TRACKING_*``
-    variables. An ``env`` entry the tenant wrote of the same name still wins (Kubernetes gives
-    ``env`` precedence over ``envFrom``), which only changes what the tenant's own code reads.
-    Suspend, resource and other templates run no tenant container and get nothing. Purely
-    computational."""
+    ``envFrom`` the Secret ``secret`` (the MLflow account's ``MLFLOW_TRACKING_*`` variables)
+    and ``MLFLOW_EXPERIMENT_NAME=experiment``. What the tenant wrote still wins: Kubernetes
+    gives ``env`` precedence over ``envFrom``, and an ``MLFLOW_EXPERIMENT_NAME`` of the
+    tenant's own is kept; either only changes what the tenant's own code reads (MLflow decides
+    what the account may reach). Suspend, resource and other templates run no tenant container
+    and get nothing. Purely computational."""
     document = _copy(template)
     spec = document.get("spec")
     templates = spec.get("templates") if isinstance(spec, dict) else None
-    reference = {"secretRef": {"name": secret}}
     for entry in templates if isinstance(templates, list) else []:
         if not isinstance(entry, dict):
             continue
@@ -195,8 +199,15 @@ def with_tracking_credentials(template: Mapping[str, Any], secret: str) -> dict[
         if isinstance(container_set, dict) and isinstance(container_set.get("containers"), list):
             containers += container_set["containers"]
         for container in containers:
-            if isinstance(container, dict):
-                existing = container.get("envFrom")
-                existing = existing if isinstance(existing, list) else []
-                container["envFrom"] = [dict(reference), *existing]
+            if not isinstance(container, dict):
+                continue
+            env_from = container.get("envFrom")
+            env_from = env_from if isinstance(env_from, list) else []
+            container["envFrom"] = [{"secretRef": {"name": secret}}, *env_from]
+            env = container.get("env")
+            env = env if isinstance(env, list) else []
+            named = {item.get("name") for item in env if isinstance(item, dict)}
+            if EXPERIMENT_VARIABLE not in named:
+                env = [{"name": EXPERIMENT_VARIABLE, "value": experiment}, *env]
+            container["env"] = env
     return document

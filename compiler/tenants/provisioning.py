@@ -103,9 +103,6 @@ NETWORK_POLICY_NAME: Final = "kubeopera-egress"
 ARTIFACT_REPOSITORIES: Final = "artifact-repositories"  # the name Argo looks for
 ARTIFACT_REPOSITORY_KEY: Final = "default-v1"
 ARTIFACT_CREDENTIALS_SECRET: Final = "kubeopera-artifact-credentials"
-# The tenant's MLflow account (MLFLOW_TRACKING_USERNAME, _PASSWORD, _URI), written by
-# compiler.tracking on the tenant's first ML pipeline and given to that kind's containers only.
-TRACKING_SECRET: Final = "kubeopera-mlflow"
 ACCESS_KEY: Final = "accessKey"
 SECRET_KEY: Final = "secretKey"
 # Argo's discovery-by-name convention for a service account's token Secret.

@@ -1,12 +1,15 @@
-"""The names and the Secret of a tenant's MLflow account. Purely computational.
+"""The names of experiment tracking and the Secret of a tenant's MLflow account. Purely
+computational.
 
 A tenant has one MLflow account, ``tenant-<tenant>``, whose credentials live only in the Secret
 ``kubeopera-mlflow`` of its namespace (``MLFLOW_TRACKING_USERNAME``,
-``MLFLOW_TRACKING_PASSWORD``, ``MLFLOW_TRACKING_URI``: the variables MLflow's client reads),
-which the containers of its ML pipelines receive through ``envFrom``
-(``compiler.pipelines.stamping.with_tracking_credentials``). Each ML pipeline has one
-experiment, named ``<tenant>/<pipeline id>``: the id, not the pipeline's name, so a rename
-needs nothing and a new pipeline never inherits the runs of a deleted one of the same name.
+``MLFLOW_TRACKING_PASSWORD``, ``MLFLOW_TRACKING_URI``: the variables MLflow's client reads).
+Each ML pipeline has one experiment, named ``<tenant>/<pipeline id>``: by id, not by the
+pipeline's name, so a rename needs nothing and a new pipeline never inherits the runs of a
+deleted one of the same name. The name is known when a version is rendered, before the
+experiment exists, so every container of the pipeline gets it as ``MLFLOW_EXPERIMENT_NAME``
+(which MLflow's client uses when the code names no experiment) beside the account's variables
+(``compiler.pipelines.stamping.with_tracking_credentials``).
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ import binascii
 from collections.abc import Mapping
 from typing import Any, Final
 
-from compiler.tenants.provisioning import TRACKING_SECRET, tenant_namespace
 from shared import labels as L
 
+SECRET_NAME: Final = "kubeopera-mlflow"
 ACCOUNT_PREFIX: Final = "tenant-"
 USERNAME_KEY: Final = "MLFLOW_TRACKING_USERNAME"
 PASSWORD_KEY: Final = "MLFLOW_TRACKING_PASSWORD"
 URI_KEY: Final = "MLFLOW_TRACKING_URI"
+EXPERIMENT_VARIABLE: Final = "MLFLOW_EXPERIMENT_NAME"
 KEYS: Final = (USERNAME_KEY, PASSWORD_KEY, URI_KEY)
 # The only permission a tenant's account is ever given, on its own pipelines' experiments:
 # read, create runs and log to them; not delete them nor change who may see them (MANAGE).
@@ -53,8 +57,8 @@ def secret_manifest(tenant: str, *, username: str, password: str, uri: str) -> d
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
-            "name": TRACKING_SECRET,
-            "namespace": tenant_namespace(tenant),
+            "name": SECRET_NAME,
+            "namespace": f"{L.DATA_NAMESPACE_PREFIX}{tenant}",
             "labels": {L.MANAGED_BY: L.MANAGED_BY_US, L.TENANT: tenant},
         },
         "type": "Opaque",

@@ -9,16 +9,18 @@ path, and holds the rights to write Secrets there.
 On every save, update and rollback of an ML pipeline (data pipelines get nothing):
 
 1. the tenant's account, under the tenant's MLflow lock (``ExperimentStore.account_lock``):
-   the Secret ``kubeopera-mlflow`` is the source of truth for the password. No Secret (the
-   first ML pipeline, or it was lost): a new random password; the account is created, or, if
+   the Secret ``kubeopera-mlflow`` holds the password. No Secret (the tenant's first ML
+   pipeline, or the Secret was lost): a new random password; the account is created, or, if
    MLflow has it already, its password is reset (update-password). A Secret: MLflow must take
    its password, else the account is created again (MLflow's store was replaced) or its
    password set back to the Secret's. The Secret is written last, and rewritten when the
    server's URL (``MLFLOW_URL``) changed;
-2. the pipeline's experiment: the one recorded in ``ml_experiments`` while MLflow still has
-   it, else a new one named ``<tenant>/<pipeline id>`` (with a random suffix when that name is
-   taken: an experiment found by name is never adopted, since anyone with an account can create
-   one under any name), recorded;
+2. the pipeline's experiment: the one recorded in ``ml_experiments`` while MLflow has it
+   (restored if an administrator deleted it), else a new one, recorded. Its name is
+   ``<tenant>/<pipeline id>``, which the containers were given when the version was rendered:
+   if the tenant renamed it, it gets its name back, and an experiment holding that name that is
+   not the recorded one (anyone with an account can create one under any name) is renamed
+   aside, never adopted;
 3. EDIT on that experiment for the tenant's account, and nothing else anywhere.
 
 Delete forgets the recorded experiment; the experiment and its runs stay in MLflow, as a
@@ -31,8 +33,6 @@ import secrets
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from compiler.pipelines.service import Current
-from compiler.tenants.provisioning import TRACKING_SECRET, tenant_namespace
 from compiler.tracking import accounts
 from shared import labels as L
 from shared.config import Settings
@@ -40,9 +40,10 @@ from shared.db.experiments import ExperimentStore
 from shared.errors import Conflict
 from shared.logging import get_logger
 from shared.mlflow import MlflowClient
-from shared.pipelines import PipelineKind
 
 log = get_logger(__name__)
+
+_DELETED = "deleted"
 
 
 class SecretObjects(Protocol):
@@ -55,6 +56,22 @@ class SecretObjects(Protocol):
     async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
 
     async def replace(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
+class SavedPipeline(Protocol):
+    """What an attachment is given (``compiler.pipelines.service.Current``)."""
+
+    @property
+    def tenant(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def pipeline_id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
 
 
 def tracking_configured(settings: Settings) -> bool:
@@ -99,7 +116,7 @@ class ExperimentTracking:
             return []
         return [cls(mlflow=client, objects=objects, store=store, tracking_uri=settings.MLFLOW_URL)]
 
-    async def attach(self, current: Current) -> None:
+    async def attach(self, current: SavedPipeline) -> None:
         if current.kind != L.PIPELINE_KIND_ML:
             return
         async with self._store.account_lock(current.tenant):
@@ -107,15 +124,15 @@ class ExperimentTracking:
         experiment_id = await self._ensure_experiment(current)
         await self._mlflow.grant(username, experiment_id, accounts.TENANT_PERMISSION)
 
-    async def detach(self, tenant: str, kind: PipelineKind, pipeline_id: str) -> None:
+    async def detach(self, tenant: str, kind: str, pipeline_id: str) -> None:
         if kind == L.PIPELINE_KIND_ML:
             await self._store.forget(pipeline_id)
 
     # --- the account --------------------------------------------------------------------------
     async def _ensure_account(self, tenant: str) -> str:
         username = accounts.account_name(tenant)
-        namespace = tenant_namespace(tenant)
-        secret = await self._objects.get("v1", "Secret", namespace, TRACKING_SECRET)
+        namespace = f"{L.DATA_NAMESPACE_PREFIX}{tenant}"
+        secret = await self._objects.get("v1", "Secret", namespace, accounts.SECRET_NAME)
         stored = accounts.secret_values(secret) if secret is not None else {}
         password = stored.get(accounts.PASSWORD_KEY)
         if stored.get(accounts.USERNAME_KEY) != username or not password:
@@ -136,32 +153,36 @@ class ExperimentTracking:
         if secret is None:
             await self._objects.create(wanted)
         elif stored != accounts.secret_values(wanted) or not _ours(secret):
-            metadata = {
-                **wanted["metadata"],
-                "resourceVersion": secret["metadata"].get("resourceVersion"),
-            }
+            version = (secret.get("metadata") or {}).get("resourceVersion")
+            metadata = {**wanted["metadata"], "resourceVersion": version}
             await self._objects.replace({**wanted, "metadata": metadata})
         return username
 
     async def _create_user(self, tenant: str, username: str, password: str) -> None:
         try:
             await self._mlflow.create_user(username, password)
-        except Conflict:  # created by someone outside our lock since we looked: ours now
+        except Conflict:  # created outside our lock since we looked: ours now
             await self._mlflow.update_password(username, password)
         log.info("mlflow_account_created", tenant=tenant, username=username)
 
     # --- the experiment -----------------------------------------------------------------------
-    async def _ensure_experiment(self, current: Current) -> str:
-        recorded = await self._store.find(current.pipeline_id, tenant=current.tenant)
-        if recorded is not None and await self._mlflow.experiment(recorded.experiment_id):
-            return recorded.experiment_id
+    async def _ensure_experiment(self, current: SavedPipeline) -> str:
         name = accounts.experiment_name(current.tenant, current.pipeline_id)
+        recorded = await self._store.find(current.pipeline_id, tenant=current.tenant)
+        experiment = None
+        if recorded is not None:
+            experiment = await self._mlflow.experiment(recorded.experiment_id)
+        if recorded is not None and experiment is not None:
+            if experiment.get("lifecycle_stage") == _DELETED:
+                await self._mlflow.restore_experiment(recorded.experiment_id)
+            if experiment.get("name") != name:
+                await self._free(name, keep=recorded.experiment_id)
+                await self._mlflow.rename_experiment(recorded.experiment_id, name)
+                log.info("mlflow_experiment_renamed_back", pipeline=current.pipeline_id)
+            return recorded.experiment_id
+        await self._free(name, keep=None)
         tags = accounts.experiment_tags(current.tenant, current.pipeline_id, current.name)
-        try:
-            experiment_id = await self._mlflow.create_experiment(name, tags=tags)
-        except Conflict:
-            name = f"{name}-{secrets.token_hex(4)}"
-            experiment_id = await self._mlflow.create_experiment(name, tags=tags)
+        experiment_id = await self._mlflow.create_experiment(name, tags=tags)
         await self._store.record(
             pipeline_id=current.pipeline_id,
             tenant=current.tenant,
@@ -175,6 +196,17 @@ class ExperimentTracking:
             experiment_id=experiment_id,
         )
         return experiment_id
+
+    async def _free(self, name: str, *, keep: str | None) -> None:
+        """Rename aside whatever experiment other than ``keep`` holds ``name``."""
+        holder = await self._mlflow.experiment_by_name(name)
+        if holder is None or str(holder.get("experiment_id")) == keep:
+            return
+        holder_id = str(holder.get("experiment_id"))
+        if holder.get("lifecycle_stage") == _DELETED:  # MLflow renames only active ones
+            await self._mlflow.restore_experiment(holder_id)
+        await self._mlflow.rename_experiment(holder_id, f"{name}-displaced-{secrets.token_hex(4)}")
+        log.warning("mlflow_experiment_displaced", name=name, experiment_id=holder_id)
 
 
 def _ours(secret: Mapping[str, Any]) -> bool:

@@ -31,7 +31,9 @@ class ExperimentRow:
     created_at: datetime
 
 
-class ExperimentStore:
+class ExperimentReader:
+    """The apiserver's read."""
+
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
@@ -45,6 +47,10 @@ class ExperimentStore:
                 tenant,
             )
         return None if row is None else ExperimentRow(**dict(row))
+
+
+class ExperimentStore(ExperimentReader):
+    """The compiler's writes, and its per-tenant lock."""
 
     async def record(self, *, pipeline_id: str, tenant: str, experiment_id: str, name: str) -> None:
         with translate_db_errors():

@@ -23,6 +23,7 @@ from apiserver.stream.hub import StreamHub
 from apiserver.stream.pg_changes import PgChangeSource
 from compiler.runner import Parts, assemble
 from shared.k8s import client_from_kubeconfig
+from shared.mlflow import MlflowClient
 from sim.argo.controller import ArgoSimulator
 from sim.world import World, start_world
 
@@ -178,6 +179,7 @@ async def make_stack(
         compiler=CompilerClient(
             session, base_url=str(compiler_client.make_url("")), internal_key=INTERNAL_KEY
         ),
+        mlflow=MlflowClient.from_settings(session, settings),
     )
     hub = StreamHub(PgChangeSource(db, dsn=database_url))
     api: TestClient[Any, Any] = TestClient(TestServer(create_api(services, hub, api_key=API_KEY)))
