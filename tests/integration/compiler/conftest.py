@@ -2,6 +2,6 @@
 authentication (moto_iam.py) and the pipelines stack (pipeline_stack.py)."""
 
 from tests.integration.compiler.moto_iam import moto, observed, tenant, users
-from tests.integration.compiler.pipeline_stack import stack
+from tests.integration.compiler.pipeline_stack import ml_stack, stack
 
-__all__ = ["moto", "observed", "stack", "tenant", "users"]
+__all__ = ["ml_stack", "moto", "observed", "stack", "tenant", "users"]

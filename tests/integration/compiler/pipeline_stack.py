@@ -200,6 +200,23 @@ async def stack(db: asyncpg.Pool, database_url: str, settings_factory: Any) -> A
         yield value
 
 
+@pytest.fixture
+async def ml_stack(
+    db: asyncpg.Pool, database_url: str, settings_factory: Any, mlflow_server: Any
+) -> AsyncIterator[Stack]:
+    """``stack`` with experiment tracking: the compiler and the apiserver are MLflow's
+    administrator on the session's real MLflow server (``mlflow_server``)."""
+    async for value in make_stack(
+        db,
+        database_url,
+        settings_factory,
+        MLFLOW_URL=mlflow_server.url,
+        MLFLOW_ADMIN_USERNAME=mlflow_server.admin_username,
+        MLFLOW_ADMIN_PASSWORD=mlflow_server.admin_password,
+    ):
+        yield value
+
+
 async def finish(
     stack: Stack, name: str, *, namespace: str = NS, controller: ArgoSimulator | None = None
 ) -> dict[str, Any]:

@@ -5,102 +5,19 @@ credentials, used as a training container uses them, reach nothing of another te
 
 from __future__ import annotations
 
-import base64
-import uuid
-from collections.abc import AsyncIterator
-from typing import Any
-
 import aiohttp
-import asyncpg
-import pytest
 
-from compiler.tracking import accounts
 from sim.mlflow import MlflowServer
-from tests.integration.compiler.pipeline_stack import Stack, body, headers, make_stack
-
-API2 = "/api/2.0/mlflow"
-
-
-@pytest.fixture
-async def ml_stack(
-    db: asyncpg.Pool, database_url: str, settings_factory: Any, mlflow_server: MlflowServer
-) -> AsyncIterator[Stack]:
-    async for value in make_stack(
-        db,
-        database_url,
-        settings_factory,
-        MLFLOW_URL=mlflow_server.url,
-        MLFLOW_ADMIN_USERNAME=mlflow_server.admin_username,
-        MLFLOW_ADMIN_PASSWORD=mlflow_server.admin_password,
-    ):
-        yield value
-
-
-def new_tenant() -> str:
-    """MLflow outlives each test: every test's tenants are its own."""
-    return f"t{uuid.uuid4().hex[:10]}"
-
-
-def tracking_secret(stack: Stack, tenant: str) -> dict[str, str] | None:
-    """The Secret's values as a container given ``envFrom`` it sees them."""
-    store = stack.world.host.store
-    rtype = store.resolve("", "v1", "secrets")
-    try:
-        secret = store.get(rtype, f"kubeopera-data-{tenant}", accounts.SECRET_NAME)
-    except Exception:
-        return None
-    return {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
-
-
-def drop_secret(stack: Stack, tenant: str) -> None:
-    store = stack.world.host.store
-    store.delete(store.resolve("", "v1", "secrets"), f"kubeopera-data-{tenant}", "kubeopera-mlflow")
-
-
-class Tracking:
-    """MLflow's REST API as a training step calls it: with the environment it was given."""
-
-    def __init__(self, http: aiohttp.ClientSession, env: dict[str, str]) -> None:
-        self.http = http
-        self.base = env["MLFLOW_TRACKING_URI"]
-        self.auth = {
-            "Authorization": aiohttp.encode_basic_auth(
-                env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"]
-            )
-        }
-
-    async def call(
-        self, method: str, path: str, *, json: Any = None, params: Any = None
-    ) -> tuple[int, Any]:
-        async with self.http.request(
-            method, f"{self.base}{API2}{path}", json=json, params=params, headers=self.auth
-        ) as answer:
-            text = await answer.text()
-            try:
-                return answer.status, await answer.json(content_type=None)
-            except ValueError:
-                return answer.status, text
-
-    async def start_run(self, experiment_id: str) -> str:
-        status, created = await self.call(
-            "POST", "/runs/create", json={"experiment_id": experiment_id, "start_time": 1000}
-        )
-        assert status == 200, created
-        return str(created["run"]["info"]["run_id"])
-
-
-async def save_ml(stack: Stack, tenant: str, name: str = "trainer") -> str:
-    status, saved = await stack.call("POST", "ml-pipelines", json=body(name), as_=headers(tenant))
-    assert status == 201, saved
-    return str(saved["id"])
-
-
-async def experiment_of(stack: Stack, pipeline_id: str) -> str:
-    row = await stack.pool.fetchrow(
-        "SELECT experiment_id, name FROM ml_experiments WHERE pipeline_id = $1", pipeline_id
-    )
-    assert row is not None
-    return str(row["experiment_id"])
+from tests.integration.compiler.mlflow_steps import (
+    API2,
+    Tracking,
+    drop_secret,
+    experiment_of,
+    new_tenant,
+    save_ml,
+    tracking_secret,
+)
+from tests.integration.compiler.pipeline_stack import Stack, body, headers
 
 
 async def test_an_ml_pipeline_gets_an_account_an_experiment_and_the_credentials_in_its_steps(
