@@ -101,7 +101,7 @@ PATH_PARAMS: Final[Mapping[str, Param]] = {
             example="etl",
         ),
         Param("id", "Pipeline id.", pattern=PIPELINE_ID, max_length=40, example="a1b2c3"),
-        Param("pipeline", "ML pipeline id.", pattern=PIPELINE_ID, max_length=40, example="a1b2c3"),
+        Param("pipeline", "ML pipeline id.", pattern=PIPELINE_ID, max_length=40, example="b2c3d4"),
         # An MLflow run id under /ml-tracking (32 hexadecimal digits), a workflow run's name
         # under /models approvals: both DNS-1123 subdomains.
         Param(

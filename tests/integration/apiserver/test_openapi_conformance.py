@@ -4,8 +4,8 @@ headers and schema; undocumented methods are 405 with ``Allow``.
 
 The live stream is left out of the runs: an SSE answer never ends, and schemathesis reads an
 answer whole (tests/integration/apiserver/test_stream*.py cover it). Follow logs stay in: no
-cluster is reachable here, so they answer at once. No cluster, object storage or compiler is
-wired in, so the routes that need one may answer their documented 503."""
+cluster is reachable here, so they answer at once. No cluster, object storage, compiler or
+tracking server is wired in, so the routes that need one may answer their documented 503."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ NEED_A_DEPENDENCY = "|".join(
         "GET .*/(logs|artifacts)/",
         "POST .*/(stop|terminate|retry|submit)$",
         "(POST|PUT|DELETE) /api/v1/(data|ml)-pipelines",
+        "GET /api/v1/ml-tracking/",
     )
 )
 CONFIG = f"""
@@ -109,6 +110,17 @@ async def _seed(db: asyncpg.Pool, examples: dict[str, str]) -> None:
         "INSERT INTO pipeline_versions (pipeline_id, version, definition, template_name, "
         "template, parameters, created_by) VALUES ($1, 1, '{}', 'p-etl-v1', '{}', '[]', 'a')",
         examples["id"],
+    )
+    # An ML pipeline with an experiment: its tracking routes reach MLflow (not configured: 503).
+    await db.execute(
+        "INSERT INTO pipelines (id, tenant, kind, name, definition_type, current_version, "
+        "latest_version, created_by) VALUES ($1, 'acme', 'ml', 'train', 'yaml', 1, 1, 'a')",
+        examples["pipeline"],
+    )
+    await db.execute(
+        "INSERT INTO ml_experiments (pipeline_id, tenant, experiment_id, name) "
+        "VALUES ($1, 'acme', '1', 'acme/' || $1)",
+        examples["pipeline"],
     )
 
 
