@@ -72,7 +72,7 @@ class ModelRow:
 class VersionRow:
     model_id: str
     number: int
-    run_cluster: str
+    cluster_id: str
     run_namespace: str
     run_name: str
     run_uid: str
@@ -97,7 +97,7 @@ class ApprovalRow:
     run_uid: str
     model_id: str
     version: int
-    run_cluster: str
+    cluster_id: str
     run_namespace: str
     run_name: str
     state: ApprovalState
@@ -112,7 +112,7 @@ class ApprovalRow:
 class StageOutcome:
     run_uid: str
     stage: str
-    run_cluster: str
+    cluster_id: str
     run_namespace: str
     run_name: str
     outcome: dict[str, Any]  # {"phase", "outputs": {name: str}, "message"}
@@ -121,7 +121,7 @@ class StageOutcome:
 
     @property
     def run(self) -> RunRef:
-        return RunRef(self.run_cluster, self.run_namespace, self.run_name, self.run_uid)
+        return RunRef(self.cluster_id, self.run_namespace, self.run_name, self.run_uid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,18 +132,18 @@ class ModelPage:
 
 _MODEL: Final = "id, tenant, name, production_version, created_at, updated_at"
 _VERSION: Final = (
-    "model_id, number, run_cluster, run_namespace, run_name, run_uid, pipeline_id, "
+    "model_id, number, cluster_id, run_namespace, run_name, run_uid, pipeline_id, "
     "pipeline_version, prefix, model_file, scorecard, verdict, reasons, lineage, state, "
     "release_outcome, archived_by, archived_at, created_at, updated_at"
 )
 _APPROVAL: Final = (
-    "run_uid, model_id, version, run_cluster, run_namespace, run_name, state, requested_at, "
+    "run_uid, model_id, version, cluster_id, run_namespace, run_name, state, requested_at, "
     "expires_at, decided_by, decided_at, reason"
 )
 # The same columns, of the approvals table aliased ``a``.
 _APPROVAL_A: Final = ", ".join(f"a.{column.strip()}" for column in _APPROVAL.split(","))
 _OUTCOME: Final = (
-    "run_uid, stage, run_cluster, run_namespace, run_name, outcome, recorded_at, completed_at"
+    "run_uid, stage, cluster_id, run_namespace, run_name, outcome, recorded_at, completed_at"
 )
 # "$N is the tenant, NULL for every tenant's" on a query over models.
 _TENANT: Final = "($%d::text IS NULL OR tenant = $%d)"
@@ -401,7 +401,7 @@ class RegistryStore:
         """Record a stage's outcome unless one is recorded already; answer the one that is."""
         with translate_db_errors():
             row = await self._conn.fetchrow(
-                "INSERT INTO stage_outcomes (run_uid, stage, run_cluster, run_namespace, run_name, "
+                "INSERT INTO stage_outcomes (run_uid, stage, cluster_id, run_namespace, run_name, "
                 "outcome) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (run_uid, stage) DO NOTHING "
                 f"RETURNING {_OUTCOME}",
                 run.uid,
@@ -506,7 +506,7 @@ class RegistryStore:
                 )
             )
             row = await self._conn.fetchrow(
-                "INSERT INTO model_versions (model_id, number, run_cluster, run_namespace, "
+                "INSERT INTO model_versions (model_id, number, cluster_id, run_namespace, "
                 "run_name, run_uid, pipeline_id, pipeline_version, prefix, model_file) "
                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "
                 f"RETURNING {_VERSION}",
@@ -583,20 +583,22 @@ class RegistryStore:
             )
 
     # --- approvals ------------------------------------------------------------------------
-    async def request_approval(self, version: VersionRow, *, expires_at: datetime) -> ApprovalRow:
-        """The run's approval: the one requested already, or a new pending one."""
+    async def request_approval(self, version: VersionRow, *, expires_in: float) -> ApprovalRow:
+        """The run's approval: the one requested already, or a new pending one expiring
+        ``expires_in`` seconds from now (PostgreSQL's clock: the one expiry is judged by)."""
         with translate_db_errors():
             await self._conn.execute(
-                "INSERT INTO approvals (run_uid, model_id, version, run_cluster, run_namespace, "
-                "run_name, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7) "
+                "INSERT INTO approvals (run_uid, model_id, version, cluster_id, run_namespace, "
+                "run_name, expires_at) "
+                "VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7)) "
                 "ON CONFLICT (run_uid) DO NOTHING",
                 version.run_uid,
                 version.model_id,
                 version.number,
-                version.run_cluster,
+                version.cluster_id,
                 version.run_namespace,
                 version.run_name,
-                expires_at,
+                expires_in,
             )
             row = await self._conn.fetchrow(
                 f"SELECT {_APPROVAL} FROM approvals WHERE run_uid = $1", version.run_uid

@@ -24,7 +24,7 @@ CREATE TABLE models (
 CREATE TABLE model_versions (
     model_id          text NOT NULL REFERENCES models (id),
     number            integer NOT NULL CHECK (number >= 1),
-    run_cluster       text NOT NULL,
+    cluster_id       text NOT NULL,
     run_namespace     text NOT NULL,
     run_name          text NOT NULL,
     run_uid           text NOT NULL UNIQUE,
@@ -56,7 +56,7 @@ CREATE TABLE approvals (
     run_uid         text PRIMARY KEY,
     model_id        text NOT NULL,
     version         integer NOT NULL,
-    run_cluster     text NOT NULL,
+    cluster_id     text NOT NULL,
     run_namespace   text NOT NULL,
     run_name        text NOT NULL,
     state           text NOT NULL DEFAULT 'pending'
@@ -78,7 +78,7 @@ CREATE INDEX approvals_model ON approvals (model_id, state);
 CREATE TABLE stage_outcomes (
     run_uid        text NOT NULL,
     stage          text NOT NULL,
-    run_cluster    text NOT NULL,
+    cluster_id    text NOT NULL,
     run_namespace  text NOT NULL,
     run_name       text NOT NULL,
     outcome        jsonb NOT NULL,

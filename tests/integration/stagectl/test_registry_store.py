@@ -5,7 +5,6 @@ NOTIFY a decision sends, and tenant scoping."""
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
@@ -73,9 +72,7 @@ async def test_outcome_recorded_once(db: asyncpg.Pool) -> None:
 async def approval_for(db: asyncpg.Pool, n: int, *, expires_in: float = 3600) -> VersionRow:
     version = await register(db, n)
     async with RegistryStore.transaction(db) as store:
-        await store.request_approval(
-            version, expires_at=datetime.now(UTC) + timedelta(seconds=expires_in)
-        )
+        await store.request_approval(version, expires_in=expires_in)
     return version
 
 
