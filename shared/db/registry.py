@@ -25,6 +25,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import asyncpg
 
+from shared.db.audit import record_action
 from shared.db.pool import translate_db_errors
 from shared.errors import Conflict, NotFound
 
@@ -397,8 +398,9 @@ class RegistryStore:
 
     async def record_outcome(
         self, run: RunRef, stage: str, outcome: dict[str, Any]
-    ) -> StageOutcome:
-        """Record a stage's outcome unless one is recorded already; answer the one that is."""
+    ) -> tuple[StageOutcome, bool]:
+        """Record a stage's outcome unless one is recorded already: the one recorded, and
+        whether it is this one (the caller's other writes belong only with a new one)."""
         with translate_db_errors():
             row = await self._conn.fetchrow(
                 "INSERT INTO stage_outcomes (run_uid, stage, cluster_id, run_namespace, run_name, "
@@ -411,6 +413,7 @@ class RegistryStore:
                 run.name,
                 outcome,
             )
+            inserted = row is not None
             if row is None:
                 row = await self._conn.fetchrow(
                     f"SELECT {_OUTCOME} FROM stage_outcomes WHERE run_uid = $1 AND stage = $2",
@@ -419,7 +422,7 @@ class RegistryStore:
                 )
         found = _outcome(row)
         assert found is not None  # inserted, or there already
-        return found
+        return found, inserted
 
     async def mark_completed(self, run_uid: str, stage: str) -> None:
         with translate_db_errors():
@@ -552,24 +555,35 @@ class RegistryStore:
         state: VersionState,
         *,
         only_from: tuple[VersionState, ...],
-        verdict: str | None = None,
-        reasons: list[str] | None = None,
     ) -> bool:
-        """Move a version to ``state`` if it is in one of ``only_from``; True when it moved.
-        ``verdict`` and ``reasons`` are recorded with a gate's state."""
+        """Move a version to ``state`` if it is in one of ``only_from``; True when it moved."""
         with translate_db_errors():
             status = await self._conn.execute(
-                "UPDATE model_versions SET state = $3, verdict = coalesce($5, verdict), "
-                "reasons = coalesce($6, reasons), updated_at = now() "
+                "UPDATE model_versions SET state = $3, updated_at = now() "
                 "WHERE model_id = $1 AND number = $2 AND state = ANY($4::text[])",
                 model_id,
                 number,
                 state,
                 list(only_from),
+            )
+        return bool(status != "UPDATE 0")
+
+    async def record_verdict(
+        self, model_id: str, number: int, *, passed: bool, reasons: list[str]
+    ) -> None:
+        """The gate's verdict and reasons; a registered version becomes passed or failed (an
+        archived one keeps its state)."""
+        verdict = "passed" if passed else "failed"
+        with translate_db_errors():
+            await self._conn.execute(
+                "UPDATE model_versions SET verdict = $3, reasons = $4, updated_at = now(), "
+                "state = CASE WHEN state = 'registered' THEN $3 ELSE state END "
+                "WHERE model_id = $1 AND number = $2",
+                model_id,
+                number,
                 verdict,
                 reasons,
             )
-        return bool(status != "UPDATE 0")
 
     async def set_release_outcome(self, model_id: str, number: int, outcome: str) -> None:
         """How the version's release ended; written once (the first cleanup wins)."""
@@ -626,6 +640,18 @@ class RegistryStore:
             )
         return [str(row["run_uid"]) for row in rows]
 
+    async def expire_pending(self, run_uid: str, *, actor: str, reason: str) -> ApprovalRow | None:
+        """Expire the run's approval if it is still pending (its run ended); the row then."""
+        with translate_db_errors():
+            row = await self._conn.fetchrow(
+                "UPDATE approvals SET state = 'expired', decided_by = $2, decided_at = now(), "
+                f"reason = $3 WHERE run_uid = $1 AND state = 'pending' RETURNING {_APPROVAL}",
+                run_uid,
+                actor,
+                reason,
+            )
+        return _approval(row)
+
     async def decided_unfinished(self) -> list[ApprovalRow]:
         """Decided approvals whose approval stage was not completed yet (a decision the
         controller has not acted on: it was away, or the NOTIFY was missed)."""
@@ -639,7 +665,41 @@ class RegistryStore:
             )
         return [ApprovalRow(**dict(row)) for row in rows]
 
-    # --- audit helpers --------------------------------------------------------------------
+    # --- the run's cluster and audit ------------------------------------------------------
+    async def host_cluster_id(self) -> str:
+        """The id the watcher records the host's runs under (``host`` before it ran once)."""
+        with translate_db_errors():
+            value = await self._conn.fetchval(
+                "SELECT id FROM clusters WHERE is_host AND removed_at IS NULL "
+                "ORDER BY registered DESC LIMIT 1"
+            )
+        return str(value) if value is not None else "host"
+
+    async def audit(
+        self,
+        run: RunRef,
+        *,
+        tenant: str | None,
+        action: str,
+        outcome: str,
+        detail: dict[str, Any],
+        actor: str = "stagectl",
+    ) -> None:
+        """An entry in the run's action history (``run_actions``)."""
+        await record_action(
+            self._conn,
+            cluster_id=run.cluster,
+            namespace=run.namespace,
+            name=run.name,
+            run_uid=run.uid,
+            tenant=tenant,
+            actor=actor,
+            action=action,
+            parameters={},
+            outcome=outcome,
+            detail=detail,
+        )
+
     async def refusal_audited(self, run_uid: str, stage: str) -> bool:
         """Whether a refusal of this run's stage is in the audit already (audited once)."""
         with translate_db_errors():

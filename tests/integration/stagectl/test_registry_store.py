@@ -61,9 +61,10 @@ async def test_concurrent_registrations_get_distinct_numbers(db: asyncpg.Pool) -
 
 async def test_outcome_recorded_once(db: asyncpg.Pool) -> None:
     store = RegistryStore(db)
-    first = await store.record_outcome(run(1), "gate", {"phase": "Succeeded", "outputs": {}})
-    second = await store.record_outcome(run(1), "gate", {"phase": "Failed", "outputs": {}})
-    assert second.outcome == first.outcome == {"phase": "Succeeded", "outputs": {}}
+    first, inserted = await store.record_outcome(run(1), "gate", {"phase": "Succeeded"})
+    second, again = await store.record_outcome(run(1), "gate", {"phase": "Failed"})
+    assert (inserted, again) == (True, False)
+    assert second.outcome == first.outcome == {"phase": "Succeeded"}
     assert [o.stage for o in await store.open_outcomes()] == ["gate"]
     await store.mark_completed(run(1).uid, "gate")
     assert await store.open_outcomes() == []
