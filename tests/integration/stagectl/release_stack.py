@@ -172,16 +172,23 @@ class ReleaseStack:
 
 
 async def eventually(
-    check: Callable[[], Awaitable[T | None]], *, timeout: float = 20.0, what: str = ""
+    check: Callable[[], Awaitable[T | None]], *, within: float = 20.0, what: str = ""
 ) -> T:
-    """The first truthy answer of ``check``, asked every 20 ms; fails after ``timeout``."""
-    async with asyncio.timeout(timeout):
+    """The first truthy answer of ``check``, asked every 20 ms; fails after ``within`` s."""
+    async with asyncio.timeout(within):
         while True:
             value = await check()
             if value:
                 return value
             await asyncio.sleep(0.02)
     raise AssertionError(what)  # pragma: no cover - the timeout raises first
+
+
+def empty_bucket(endpoint: str) -> None:
+    s3 = boto3.resource("s3", endpoint_url=endpoint, region_name=REGION)
+    bucket = s3.Bucket(BUCKET)
+    if bucket.creation_date is not None:
+        bucket.objects.all().delete()
 
 
 @pytest.fixture
@@ -205,6 +212,7 @@ async def release_stack(
         "STAGE_SWEEP_INTERVAL": 0.5,
     }
     world = {"s3_endpoint": moto_endpoint, "bucket": BUCKET}
+    empty_bucket(moto_endpoint)  # moto lives as long as the module; each test starts empty
     async for stack in make_stack(
         db, database_url, settings_factory, world_options=world, **overrides
     ):
