@@ -6,6 +6,7 @@ registry. ``release_stack`` is a fixture (re-exported by conftest.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import pytest
 
 from shared.config import Settings
 from sim.argo.server import ArgoServer as SimArgoServer
+from stagectl.runner import Leading, assemble
 from tests.integration.compiler.pipeline_stack import NS, Stack, make_stack
 
 T = TypeVar("T")
@@ -195,6 +197,30 @@ def empty_bucket(endpoint: str) -> None:
 def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.setenv(name, "testing")
+
+
+@contextlib.asynccontextmanager
+async def running_controller(stack: ReleaseStack, **overrides: Any) -> AsyncIterator[None]:
+    """The stage controller leading (without an election), in this process, with settings
+    ``overrides``, and the data controller ticking."""
+    settings = stack.settings.model_copy(update=overrides)
+    parts = assemble(settings, pool=stack.pool, host_api=stack.stack.kube)
+    task = asyncio.create_task(Leading(parts).run())
+    data = stack.stack.world.host.data_argo
+    assert data is not None
+    data.start()
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await data.stop()
+
+
+@pytest.fixture
+async def controller(release_stack: ReleaseStack) -> AsyncIterator[ReleaseStack]:
+    async with running_controller(release_stack):
+        yield release_stack
 
 
 @pytest.fixture

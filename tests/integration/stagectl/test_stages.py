@@ -4,35 +4,14 @@ gates, waits for approval and cleans up, completing each node through the Argo s
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 
 from shared.argo import ArgoServer
 from shared.db.registry import RegistryReader
 from sim.argo.server import DATA_ARGO_NAMESPACE, DATA_ARGO_SERVICE
-from stagectl.runner import Leading, assemble
 from tests.integration.stagectl.release_stack import GOOD_SCORECARD, ReleaseStack, eventually
-
-
-@pytest.fixture
-async def controller(release_stack: ReleaseStack) -> AsyncIterator[ReleaseStack]:
-    """The controller leading (without an election) and the data controller ticking."""
-    parts = assemble(
-        release_stack.settings, pool=release_stack.pool, host_api=release_stack.stack.kube
-    )
-    task = asyncio.create_task(Leading(parts).run())
-    data = release_stack.stack.world.host.data_argo
-    assert data is not None
-    data.start()
-    try:
-        yield release_stack
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await data.stop()
 
 
 def argo(stack: ReleaseStack) -> ArgoServer:
