@@ -1,21 +1,32 @@
-"""Approvals decided elsewhere, acted on here: a LISTEN connection on ``approvals`` (migration
-0009 NOTIFYs the run's uid on every decision, whoever wrote it) and a periodic sweep.
+"""What does not arrive on the workflow watch: approvals decided elsewhere, through a LISTEN
+connection on ``approvals`` (migration 0009 NOTIFYs the run's uid on every decision, whoever
+wrote it), and a periodic sweep.
 
 A decision through the API completes its run's approval node within the notification's
-delivery time; the sweep, every STAGE_SWEEP_INTERVAL and at once after (re)connecting, expires
-approvals past their time (their NOTIFY then comes like any decision's) and acts on decisions
-whose stage was not completed (heard while this replica was not leading, or sent while the
-LISTEN connection was down). Both end in ``StageWork.finish_approval``, which is idempotent.
+delivery time. The sweep, every STAGE_SWEEP_INTERVAL and at once after (re)connecting (so
+first thing when a replica starts leading):
+
+- expires approvals past their time (their NOTIFY then comes like any decision's);
+- acts on decisions whose stage was not completed (made while no replica was leading, or
+  sent while the LISTEN connection was down): ``StageWork.finish_approval``;
+- completes the nodes of outcomes recorded and never marked completed (a crash after the node
+  was resumed and before that mark: the node no longer waits, so the watch never shows it
+  again): ``StageWork.finish_recorded``. After (re)connecting every open outcome; later only
+  those older than one interval, which no worker is still busy with.
+
+Every one of these is idempotent, as is the work they may race with.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable
 from typing import Any, Final
 
 import asyncpg
 
+from shared import stages as S
 from shared.config import Settings
 from shared.db.pool import connect
 from shared.db.registry import APPROVALS_CHANNEL, RegistryStore
@@ -60,13 +71,16 @@ class ApprovalWatch:
                 group.create_task(self._finish(run_uid))
 
     async def _finish(self, run_uid: str) -> None:
+        await self._guarded(self._work.finish_approval(run_uid), run_uid)
+
+    async def _guarded(self, call: Awaitable[None], run_uid: str) -> None:
         try:
-            await self._work.finish_approval(run_uid)
+            await call
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the next sweep tries again
             log.warning(
-                "approval_finish_failed",
+                "stage_finish_failed",
                 run_uid=run_uid,
                 error=getattr(exc, "code", type(exc).__name__),
                 exc_info=not isinstance(exc, WorkflowManagerError),
@@ -100,21 +114,28 @@ class ApprovalWatch:
 
     async def _sweep(self) -> None:
         while True:
+            now = False
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._interval):
                     await self._sweep_now.wait()
+                    now = True
             self._sweep_now.clear()
             try:
-                await self.sweep()
+                await self.sweep(older_than=0.0 if now else self._interval)
             except WorkflowManagerError as exc:
-                log.warning("approvals_sweep_failed", error=exc.code)
+                log.warning("stages_sweep_failed", error=exc.code)
 
-    async def sweep(self) -> None:
-        """Expire what is due; queue every decision whose stage is not completed."""
+    async def sweep(self, *, older_than: float) -> None:
+        """Expire what is due; queue every decision whose stage is not completed; complete
+        the nodes of open outcomes recorded ``older_than`` seconds ago or more."""
         async with RegistryStore.transaction(self._pool) as store:
             expired = await store.expire_due(actor=ACTOR)
             unfinished = await store.decided_unfinished()
+            stale = await store.open_outcomes(older_than=older_than)
         for run_uid in expired:
             log.info("approval_expired", run_uid=run_uid)
         for approval in unfinished:
             self._decided.put_nowait(approval.run_uid)
+        for stored in stale:
+            if stored.stage != S.APPROVAL:  # a decided approval is queued above
+                await self._guarded(self._work.finish_recorded(stored), stored.run_uid)

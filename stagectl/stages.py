@@ -31,7 +31,13 @@ import asyncpg
 from shared import stages as S
 from shared.argo import ArgoServer
 from shared.db.pipelines import PipelineReader, PipelineRow, VersionRow
-from shared.db.registry import ApprovalRow, RegistryStore, RunRef, VersionState
+from shared.db.registry import (
+    ApprovalRow,
+    RegistryStore,
+    RunRef,
+    StageOutcome,
+    VersionState,
+)
 from shared.logging import get_logger
 from stagectl import admission, metrics
 from stagectl.argo_nodes import complete
@@ -275,6 +281,10 @@ class StageWork:
             return
         if await self._complete(ref, S.APPROVAL, outcome):
             self._measure(ref, S.APPROVAL, outcome, seen_at=started, waited=0.0)
+
+    async def finish_recorded(self, stored: StageOutcome) -> None:
+        """Complete the node of an outcome recorded earlier and never marked completed."""
+        await self._complete(stored.run, stored.stage, Outcome.from_json(stored.outcome))
 
     # --- cleanup --------------------------------------------------------------------------
     async def _cleanup(self, release: Release) -> Outcome:

@@ -433,13 +433,14 @@ class RegistryStore:
                 stage,
             )
 
-    async def open_outcomes(self, stage: str | None = None) -> list[StageOutcome]:
-        """Outcomes recorded whose node was not completed yet (a crash in between)."""
+    async def open_outcomes(self, *, older_than: float = 0.0) -> list[StageOutcome]:
+        """Outcomes recorded at least ``older_than`` seconds ago whose node was not completed
+        yet (a crash in between, or a node that no longer waits and was never seen again)."""
         with translate_db_errors():
             rows = await self._conn.fetch(
                 f"SELECT {_OUTCOME} FROM stage_outcomes WHERE completed_at IS NULL "
-                "AND ($1::text IS NULL OR stage = $1) ORDER BY recorded_at",
-                stage,
+                "AND recorded_at <= now() - make_interval(secs => $1) ORDER BY recorded_at",
+                older_than,
             )
         return [StageOutcome(**dict(row)) for row in rows]
 

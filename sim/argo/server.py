@@ -58,8 +58,9 @@ VERSION = {
 }
 MERGE_PATCH = "application/merge-patch+json"
 Handler = Callable[[web.Request, dict[str, str]], Awaitable[web.StreamResponse]]
-# A test's hook around set and resume: (moment "before"/"after", action, namespace, name).
-Interceptor = Callable[[str, str, str, str], Awaitable[None]]
+# A test's hook around set and resume: (moment "before" or "after", action, namespace, name,
+# nodeFieldSelector). Raising ActionError before refuses the call unapplied.
+Interceptor = Callable[[str, str, str, str, str], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -366,11 +367,11 @@ class ArgoServer:
     ) -> web.StreamResponse:
         """Apply a set or resume, record what it did (``node_actions``), and let a test's
         ``interceptor`` hold the call before it is applied and before it is answered."""
+        selector = str(body.get("nodeFieldSelector") or "")
         if self.interceptor is not None:
-            await self.interceptor("before", action, args["ns"], args["name"])
+            await self.interceptor("before", action, args["ns"], args["name"], selector)
         workflow = self._get(args)
         before = _node_states(workflow)
-        selector = str(body.get("nodeFieldSelector") or "")
         try:
             apply(workflow)
         except ActionError as error:
@@ -394,7 +395,7 @@ class ArgoServer:
             NodeAction(action, args["ns"], args["name"], selector, None, completed, outputs_set)
         )
         if self.interceptor is not None:
-            await self.interceptor("after", action, args["ns"], args["name"])
+            await self.interceptor("after", action, args["ns"], args["name"], selector)
         return _json(copy.deepcopy(saved))
 
     async def suspend(self, request: web.Request, args: dict[str, str]) -> web.StreamResponse:

@@ -66,6 +66,7 @@ async def test_outcome_recorded_once(db: asyncpg.Pool) -> None:
     assert (inserted, again) == (True, False)
     assert second.outcome == first.outcome == {"phase": "Succeeded"}
     assert [o.stage for o in await store.open_outcomes()] == ["gate"]
+    assert await store.open_outcomes(older_than=3600) == []
     await store.mark_completed(run(1).uid, "gate")
     assert await store.open_outcomes() == []
 
