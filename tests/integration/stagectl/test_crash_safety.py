@@ -26,8 +26,10 @@ from typing import Any
 
 import pytest
 
+from shared.argo import ArgoServer
 from shared.db.registry import RegistryReader
 from shared.errors import Conflict
+from sim.argo.server import DATA_ARGO_NAMESPACE, DATA_ARGO_SERVICE
 from tests.integration.stagectl.holding import HoldingS3, StageHolds, registry_copy
 from tests.integration.stagectl.release_stack import BUCKET, REGION, ReleaseStack, eventually
 
@@ -253,3 +255,38 @@ async def test_every_stage_survives_sigkill_at_every_step(
     )
     assert len(audited) == RUNS * len(STAGES)
     assert {row["n"] for row in audited} == {1}
+
+
+async def test_a_registration_cut_short_is_abandoned_by_cleanup(
+    release_stack: ReleaseStack, stagectl: Stagectl, s3_proxy: HoldingS3
+) -> None:
+    """Killed while copying into the registry, the run is stopped before the controller is
+    back: its cleanup removes the partial copies, marks the version abandoned, and the number
+    is never given to another run."""
+    stack = release_stack
+    pipeline = await stack.save()
+    name = await stack.run(pipeline)
+    s3_proxy.hold = registry_copy
+    await stagectl.start()
+    await asyncio.wait_for(s3_proxy.gate.arrived.wait(), 60)
+    await stagectl.kill()
+    s3_proxy.hold = None
+    s3_proxy.gate.release(proceed=True)  # this copy lands: a partial version in the registry
+    [version] = await stack.versions()
+    assert version["state"] == "registering"
+    assert stack.keys(version["prefix"]) != []
+    argo = ArgoServer(stack.stack.kube, namespace=DATA_ARGO_NAMESPACE, service=DATA_ARGO_SERVICE)
+    await argo.stop("kubeopera-data-acme", name)
+    await stagectl.start()
+    uid = stack.uid(name)
+    cleanup = await eventually(lambda: stack.outcome(uid, "cleanup"), within=60)
+    assert cleanup["outputs"] == {"outcome": "abandoned"}
+    [version] = await stack.versions()
+    assert (version["state"], version["release_outcome"]) == ("abandoned", "abandoned")
+    assert stack.keys(version["prefix"]) == []
+    assert await stack.outcome(uid, "register") is None
+    again = await stack.run(pipeline)
+    await eventually(lambda: stack.outcome(stack.uid(again), "register"), within=60)
+    numbers = [(v["run_name"], v["number"], v["state"]) for v in await stack.versions()]
+    assert numbers[0] == (name, 1, "abandoned")
+    assert numbers[1][:2] == (again, 2)
