@@ -9,6 +9,8 @@ schema (Hera's models plus the round trip). Figures (STYLE.md convention, goal f
 - baseline_json_roundtrip_ms: median time of ``json.loads(json.dumps(doc))`` of the same stamped
   document, measured in the same run: the floor any pass over the document pays;
 - ratio: render_ms / baseline_json_roundtrip_ms;
+- release_render_ms, release_ratio: the same pipeline as an ML pipeline with a release (the
+  platform's stages appended and checked too), and its median over render_ms;
 - render_p95_ms: p95 of one whole save's pure work, spec to checked template (goal < 20 ms).
 
 As the compiler does after start-up, the heap is frozen (``gc.freeze``) before measuring.
@@ -21,6 +23,7 @@ Pure computation: no services are needed. ``--quick`` runs fewer rounds (well un
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import statistics
@@ -116,6 +119,32 @@ def main() -> None:
     def whole() -> None:
         render(body, target)  # raises when refused: the benchmark would be broken
 
+    ml_spec = json.loads(json.dumps(spec))
+    ml_spec["steps"][0]["outputs"]["artifacts"] = [
+        {"name": "model", "path": "/out/model"},
+        {"name": "scorecard", "path": "/out/eval_scorecard.json"},
+    ]
+    first = ml_spec["steps"][0]["name"]
+    ml_body = parse_body(
+        {
+            "name": "bench",
+            "definition": {"type": "wizard", "spec": ml_spec},
+            "release": {
+                "model": "bench",
+                "model_artifact": {"step": first, "artifact": "model"},
+                "scorecard": {"step": first, "artifact": "scorecard"},
+                "gate": {"thresholds": [{"metric": "auc", "op": ">=", "value": 0.8}]},
+                "approval": {"required": True},
+            },
+        },
+        "ml",
+    )
+    ml_target = dataclasses.replace(target, kind="ml")
+
+    def released() -> None:
+        if not render(ml_body, ml_target).stages:
+            raise SystemExit("the release compiled to no stages: the benchmark is broken")
+
     document = stamped(compiled())
     if checked(document) or schema_violations(document):
         raise SystemExit("the compiled pipeline was refused: the benchmark is broken")
@@ -129,6 +158,7 @@ def main() -> None:
     yaml_ms = statistics.median(timings(lambda: parse_template_yaml(text), rounds // 4))
     baseline = statistics.median(timings(lambda: json.loads(json.dumps(document)), rounds))
     total = timings(whole, rounds)
+    release_ms = statistics.median(timings(released, rounds))
     figures: list[tuple[str, float | int]] = [
         ("steps", options.steps),
         ("rounds", rounds),
@@ -141,6 +171,8 @@ def main() -> None:
         ("render_ms", statistics.median(total)),
         ("baseline_json_roundtrip_ms", baseline),
         ("ratio", statistics.median(total) / baseline),
+        ("release_render_ms", release_ms),
+        ("release_ratio", release_ms / statistics.median(total)),
         ("render_p95_ms", p95(total)),
     ]
     for name, value in figures:

@@ -121,6 +121,12 @@ class Settings(BaseSettings):
     INFERENCE_AUTH_STALE_FOR: Seconds = 300.0
     INFERENCE_AUTH_NEGATIVE_TTL: Seconds = 30.0
     INFERENCE_AUTH_REDIS_TIMEOUT: Seconds = 0.1
+    # stagectl: how long a release waits for a person's approval before it is rejected as
+    # expired; how many workflows it works on at once; how often it looks for approvals due to
+    # expire and decisions it has not acted on (the NOTIFY it missed while away).
+    STAGE_APPROVAL_TIMEOUT: Seconds = 72 * 3600.0
+    STAGE_CONCURRENCY: int = Field(default=16, ge=1, le=256)
+    STAGE_SWEEP_INTERVAL: Seconds = 30.0
 
     @field_validator("LOG_LEVEL")
     @classmethod

@@ -179,7 +179,7 @@ async def _compile(
 async def _pipeline_body(request: web.Request) -> dict[str, Any]:
     """The body, refused here (400 naming every field) unless the compiler's model takes it."""
     pipeline = await json_body(request, max_body=MAX_BODY)
-    parse_body(pipeline)
+    parse_body(pipeline, _kind(request))
     return pipeline
 
 

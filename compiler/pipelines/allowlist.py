@@ -41,12 +41,14 @@ from shared import labels as L
 from shared import quantity, storage
 from shared.errors import Refused
 from shared.pipelines import PipelineKind
+from shared.stages import reserved_name
 
 __all__ = ["RULES", "Violation", "check", "raise_if_refused"]
 
 API_VERSION: Final = "argoproj.io/v1alpha1"
 KIND: Final = "WorkflowTemplate"
 MAX_DEPTH: Final = 8  # inline templates within inline templates: deeper is refused
+DISPLAY_NAME: Final = "workflows.argoproj.io/display-name"
 
 _DOCUMENT: Final = frozenset({"apiVersion", "kind", "metadata", "spec"})
 _METADATA: Final = frozenset({"name", "generateName", "namespace", "labels", "annotations"})
@@ -225,6 +227,8 @@ class _Checker:
             P.secret_ref(w, secret, f"spec.imagePullSecrets[{index}]", "name")
         if "securityContext" in spec:
             P.pod_security(w, spec["securityContext"], "spec.securityContext")
+        for field in ("entrypoint", "onExit"):
+            self.platform_reference(spec, field, "spec")
         self.arguments(spec.get("arguments"), "spec.arguments")
         self.hooks(spec.get("hooks"), "spec.hooks")
         reference = spec.get("artifactRepositoryRef")
@@ -284,6 +288,13 @@ class _Checker:
         w.known(
             template, path, _TEMPLATE | _REFUSED_POD_FIELDS.keys() | _REFUSED_TEMPLATE_KINDS.keys()
         )
+        self.platform_reference(template, "name", path)
+        # Argo shows a node under its template's display-name annotation: never as a stage.
+        for key, shown in (
+            w.mapping(template.get("annotations"), f"{path}.annotations") or {}
+        ).items():
+            if str(key).lower() == DISPLAY_NAME and reserved_name(shown):
+                w.add(w.join(f"{path}.annotations", key), "platform_stage", RULES["platform_stage"])
         for key, rule in {**_REFUSED_POD_FIELDS, **_REFUSED_TEMPLATE_KINDS}.items():
             if key in template:
                 w.add(f"{path}.{key}", rule, RULES[rule])
@@ -344,6 +355,8 @@ class _Checker:
         if step is None:
             return
         w.known(step, path, _STEP)
+        for field in ("name", "template", "onExit"):
+            self.platform_reference(step, field, path)
         self.template_ref(step.get("templateRef"), f"{path}.templateRef")
         self.arguments(step.get("arguments"), f"{path}.arguments")
         self.hooks(step.get("hooks"), f"{path}.hooks")
@@ -355,6 +368,7 @@ class _Checker:
         if reference is None:
             return
         self.w.known(reference, path, frozenset({"name", "template", "clusterScope"}))
+        self.platform_reference(reference, "template", path)
         if self.w.is_set(reference.get("clusterScope")):
             self.w.add(
                 f"{path}.clusterScope", "cluster_template_ref", RULES["cluster_template_ref"]
@@ -368,6 +382,7 @@ class _Checker:
             if entry is None:
                 continue
             w.known(entry, where, frozenset({"template", "templateRef", "arguments", "expression"}))
+            self.platform_reference(entry, "template", where)
             self.template_ref(entry.get("templateRef"), f"{where}.templateRef")
             self.arguments(entry.get("arguments"), f"{where}.arguments")
 
@@ -383,7 +398,22 @@ class _Checker:
         if io is not None:
             self.w.known(io, path, frozenset({"parameters", "artifacts", "result", "exitCode"}))
             self.artifacts(io.get("artifacts"), f"{path}.artifacts")
-            self.w.items(io.get("parameters"), f"{path}.parameters")
+            for index, parameter in enumerate(
+                self.w.items(io.get("parameters"), f"{path}.parameters")
+            ):
+                where = f"{path}.parameters[{index}]"
+                source = self.w.mapping(
+                    (self.w.mapping(parameter, where) or {}).get("valueFrom"), f"{where}.valueFrom"
+                )
+                if source is not None and "supplied" in source:
+                    self.w.add(
+                        f"{where}.valueFrom.supplied", "platform_stage", RULES["platform_stage"]
+                    )
+
+    def platform_reference(self, value: Mapping[str, Any], field: str, path: str) -> None:
+        """A name (or a reference to a template by name) that belongs to the control stages."""
+        if field in value and reserved_name(value[field]):
+            self.w.add(f"{path}.{field}", "platform_stage", RULES["platform_stage"])
 
     def artifacts(self, value: object, path: str) -> None:
         for index, artifact in enumerate(self.w.items(value, path)):

@@ -12,18 +12,24 @@ A save, an update and a validate all carry the same body, parsed by ``shared.pip
    template declares; naming one it does not declare is an error, not a silent no-op;
 3. ``compiler.pipelines.stamping`` gives it our identity, namespace, labels and service
    accounts;
-4. the allowlist (``compiler.pipelines.allowlist``) and Argo's schema
-   (``compiler.pipelines.argo_schema``) judge the stamped document together, so a refusal lists
-   every violation of both at once (422). The allowlist judges it against the target: the tenant,
-   the kind, the largest step and the tenant's data secrets;
-5. whatever the platform must add that a tenant may not write comes after that judgement: an ML
-   pipeline's containers get the tenant's MLflow account (``envFrom`` the Secret
-   ``kubeopera-mlflow``) and their experiment's name (``MLFLOW_EXPERIMENT_NAME``), through
-   ``compiler.pipelines.stamping.with_tracking_credentials``, when the target says tracking is
-   on; a tenant who writes that Secret's reference itself is still refused in step 4. The
-   executor's token and the artifact repository's credentials need nothing here: Argo finds
-   them at run time, through the executor's service account and the namespace's repository
-   ConfigMap.
+4. the allowlist (``compiler.pipelines.allowlist``) judges the stamped document, which is still
+   only the tenant's part, against the target: the tenant, the kind, the largest step and the
+   tenant's data secrets; with a release, ``release.violations`` adds what the platform's stages
+   need the template not to have (its own exit handler, template defaults);
+5. only when the tenant's part passed: an ML pipeline's ``release`` is checked against it, the
+   steps and artifacts it names must exist (``release.check_release``, 400), and the platform's
+   part is added, which a tenant may not write: the control stages
+   (``release.append_stages``: a new entrypoint ``wm-release-main``, suspend templates
+   ``wm-*``, the exit handler ``wm-cleanup``) and, when experiment tracking is on, the tenant's
+   MLflow account (``envFrom`` the Secret ``kubeopera-mlflow``) and the experiment's name
+   (``MLFLOW_EXPERIMENT_NAME``) in every container of an ML pipeline
+   (``compiler.pipelines.stamping.with_tracking_credentials``; a tenant who writes that
+   Secret's reference itself is refused in step 4). Argo's schema
+   (``compiler.pipelines.argo_schema``) then judges the whole document, and a refusal lists
+   every violation at once (422). Nothing else is added: the executor's token and the
+   artifact repository's credentials are found by Argo at run time, through the executor's
+   service account and the namespace's repository ConfigMap;
+6. the stages the final template contains (``release.stages_of``) are what the version records.
 
 Argo's own lint, the third opinion, needs the Argo server and is called by the service
 (``compiler.pipelines.service``). ``run_arguments`` checks a run's parameter overrides against
@@ -37,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from compiler.pipelines import allowlist, argo_schema
+from compiler.pipelines import allowlist, argo_schema, release
 from compiler.pipelines.compile import StepLimits, compile_wizard
 from compiler.pipelines.spec import parameter_value
 from compiler.pipelines.stamping import stamp, with_tracking_credentials
@@ -51,6 +57,7 @@ from shared.pipelines import (
     PipelineKind,
     WizardDefinition,
     YamlDefinition,
+    check_kind,
 )
 
 
@@ -81,10 +88,12 @@ class Rendered:
     template: dict[str, Any]  # stamped and checked
     parameters: list[dict[str, Any]]  # declared: name, default?, description?, type?, enum?
     warnings: list[str]
+    stages: list[str]  # the ML control stages the template contains (shared.stages)
 
 
 def render(body: PipelineBody, target: Target) -> Rendered:
     """The stamped, checked template of ``body``; Invalid (400) or Refused (422) otherwise."""
+    check_kind(body, target.kind)
     definition = body.definition
     warnings: list[str] = []
     types: dict[str, str] = {}
@@ -127,16 +136,23 @@ def render(body: PipelineBody, target: Target) -> Rendered:
         limits=target.limits,
         data_secrets=target.data_secrets,
     )
+    if body.release is not None:
+        violations += release.violations(stamped)
     if not violations:  # a refused document is not worth a schema opinion
+        if body.release is not None:
+            release.check_release(body.release, stamped)
+            release.append_stages(stamped, body.release)
+        if target.tracking and target.kind == L.PIPELINE_KIND_ML:
+            stamped = with_tracking_credentials(
+                stamped,
+                secret=tracking.SECRET_NAME,
+                experiment=tracking.experiment_name(target.tenant, target.pipeline_id),
+            )
         violations += argo_schema.schema_violations(stamped)
     allowlist.raise_if_refused(violations)
-    if target.tracking and target.kind == L.PIPELINE_KIND_ML:
-        stamped = with_tracking_credentials(
-            stamped,
-            secret=tracking.SECRET_NAME,
-            experiment=tracking.experiment_name(target.tenant, target.pipeline_id),
-        )
-    return Rendered(stamped, declared_parameters(stamped, types), warnings)
+    return Rendered(
+        stamped, declared_parameters(stamped, types), warnings, release.stages_of(stamped)
+    )
 
 
 def _kind_violations(document: Mapping[str, Any]) -> list[allowlist.Violation]:

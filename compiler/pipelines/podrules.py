@@ -17,6 +17,7 @@ from typing import Any, Final
 from compiler.pipelines.stamping import RUNS_AS_ACCOUNTS, RUNS_AS_ANNOTATION, reserved_key
 from compiler.tenants.provisioning import ARTIFACT_REPOSITORIES, ARTIFACT_REPOSITORY_KEY
 from shared import quantity
+from shared.stages import STAGE_ANNOTATION
 
 # rule -> why it is refused. docs/security.md lists the same table (a test keeps them in step).
 RULES: Final[Mapping[str, str]] = {
@@ -77,6 +78,10 @@ RULES: Final[Mapping[str, str]] = {
     "requested: the namespace's quota counts no other device, and resource claims reach "
     "devices outside it",
     "probe_host": "a probe or lifecycle hook with a host is sent by the kubelet from the node",
+    "platform_stage": "the ML control stages are the platform's: template, task and step names "
+    "starting with wm- and references to them, outputs supplied through the Argo server "
+    "(valueFrom.supplied) and the kubeopera.io/platform-stage annotation would let a template "
+    "perform, skip or impersonate a stage",
 }
 
 _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -432,7 +437,9 @@ def pod_metadata(w: Walk, value: object, path: str, *, runs_as: bool = False) ->
     annotations = w.mapping(metadata.get("annotations"), f"{path}.annotations") or {}
     for key, annotation in annotations.items():
         where = w.join(f"{path}.annotations", key)
-        if runs_as and key == RUNS_AS_ANNOTATION:
+        if str(key).lower() == STAGE_ANNOTATION:
+            w.add(where, "platform_stage", RULES["platform_stage"])
+        elif runs_as and key == RUNS_AS_ANNOTATION:
             if not _member(annotation, RUNS_AS_ACCOUNTS):
                 accounts = " or ".join(sorted(RUNS_AS_ACCOUNTS))
                 w.add(where, "reserved_annotation", f"{RUNS_AS_ANNOTATION} is {accounts}")

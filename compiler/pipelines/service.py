@@ -179,12 +179,13 @@ class PipelineService:
                 rendered.template,
                 rendered.parameters,
                 [*rendered.warnings, f"Argo's linter could not be reached: {down.message}"],
+                rendered.stages,
             )
         return rendered
 
     async def validate(self, caller: Caller, kind: PipelineKind, data: object) -> dict[str, Any]:
         """Render, check and lint without saving (the id is a placeholder)."""
-        body = parse_body(data)
+        body = parse_body(data, kind)
         rendered = await self._checked(body, self._target(caller, kind, "validate", 1))
         return {"valid": True, "template": rendered.template, "warnings": rendered.warnings}
 
@@ -193,7 +194,7 @@ class PipelineService:
         return PipelineStore.transaction(self._pool)
 
     async def create(self, caller: Caller, kind: PipelineKind, data: object) -> dict[str, Any]:
-        body = parse_body(data)
+        body = parse_body(data, kind)
         pipeline_id = new_pipeline_id()
         rendered = await self._checked(body, self._target(caller, kind, pipeline_id, 1))
         await self._tenants.ensure(caller.tenant)
@@ -230,7 +231,7 @@ class PipelineService:
     async def update(
         self, caller: Caller, kind: PipelineKind, pipeline_id: str, data: object
     ) -> dict[str, Any]:
-        body = parse_body(data)
+        body = parse_body(data, kind)
         await self._tenants.ensure(caller.tenant)
         async with self._transaction() as store:
             pipeline = await self._locked(store, caller, kind, pipeline_id)
@@ -271,6 +272,7 @@ class PipelineService:
             definition=body.definition.model_dump(mode="json"),
             parameters=rendered.parameters,
             settings=body.settings(),
+            stages=rendered.stages,
             template_name=template_name(pipeline_id, version),
             template=rendered.template,
             actor=caller.actor,

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from compiler.pipelines import expressions
+from shared import stages
 from shared.config import parse_duration
 from shared.errors import Invalid
 from shared.quantity import cpu_millis, memory_bytes
@@ -300,6 +301,9 @@ def semantic_errors(spec: PipelineSpec) -> Iterator[dict[str, str]]:
             yield {"field": f"steps[{index}].name", "message": f"duplicate step {step.name!r}"}
         elif step.name in RESERVED_STEP_NAMES:
             yield {"field": f"steps[{index}].name", "message": f"{step.name!r} is reserved"}
+        elif stages.reserved_name(step.name):
+            message = f"{step.name!r} is reserved: wm- names are the platform's control stages"
+            yield {"field": f"steps[{index}].name", "message": message}
         steps.setdefault(step.name, step)
     reference_errors = [
         error

@@ -50,6 +50,7 @@ class VersionRow:
     definition: dict[str, Any]
     parameters: list[dict[str, Any]]
     settings: dict[str, Any]  # the body's settings as saved (shared.pipelines.SETTINGS_FIELDS)
+    stages: list[str]  # the ML control stages its template contains (shared.stages), in order
     template_name: str
     template: dict[str, Any]
     template_removed_at: datetime | None
@@ -68,7 +69,7 @@ _PIPELINE: Final = (
     "created_by, created_at, updated_at"
 )
 _VERSION: Final = (
-    "pipeline_id, version, definition, parameters, settings, template_name, template, "
+    "pipeline_id, version, definition, parameters, settings, stages, template_name, template, "
     "template_removed_at, created_by, created_at"
 )
 # ``$2`` is the tenant, NULL for every tenant's.
@@ -236,19 +237,21 @@ class PipelineStore:
         definition: dict[str, Any],
         parameters: list[dict[str, Any]],
         settings: dict[str, Any],
+        stages: list[str],
         template_name: str,
         template: dict[str, Any],
         actor: str,
     ) -> None:
         await self._conn.execute(
             "INSERT INTO pipeline_versions (pipeline_id, version, definition, parameters, "
-            "settings, template_name, template, created_by) "
-            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "settings, stages, template_name, template, created_by) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             pipeline_id,
             version,
             definition,
             parameters,
             settings,
+            stages,
             template_name,
             template,
             actor,

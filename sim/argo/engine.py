@@ -256,8 +256,10 @@ class WorkflowPass:
             return node
         self._advanced.add(nid)
         display = display or node_name.rsplit(".", 1)[-1]
-        if node_name == self.name:
-            display = self.name
+        if not boundary_id:
+            # Argo's initializeNode: a node outside any boundary (the root, the exit handler
+            # `<wf>.onExit` and its retries) is displayed under its full name.
+            display = node_name
         template = self.templates.get(template_name)
         common = NodeSpec(node_name, display, template_name, parents, boundary_id)
         if template is None or template_kind(template) is None:

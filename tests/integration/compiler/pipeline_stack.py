@@ -155,15 +155,21 @@ class Stack:
 
 
 async def make_stack(
-    db: asyncpg.Pool, database_url: str, settings_factory: Any, **overrides: Any
+    db: asyncpg.Pool,
+    database_url: str,
+    settings_factory: Any,
+    *,
+    world_options: dict[str, Any] | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[Stack]:
-    world = await start_world(1, tick=0.01, autostart=False, pod_gc_delay=0)
+    """The stack; ``world_options`` go to ``start_world`` (object storage for artifacts),
+    ``overrides`` to the settings."""
+    options: dict[str, Any] = {"tick": 0.01, "autostart": False, "pod_gc_delay": 0}
+    world = await start_world(1, **{**options, **(world_options or {})})
     kube = await client_from_kubeconfig(world.host.kubeconfig)
     # ARGO_DATA_SERVER_URL and ARGO_DATA_INSTANCE_ID by default: the sim host's data controller.
     settings = settings_factory(
-        INTERNAL_API_KEY=INTERNAL_KEY,
-        ARTIFACT_BUCKET="artifacts",
-        **overrides,
+        **{"INTERNAL_API_KEY": INTERNAL_KEY, "ARTIFACT_BUCKET": "artifacts", **overrides}
     )
     parts = assemble(settings, pool=db, host_api=kube, storage=None)
     compiler_client: TestClient[Any, Any] = TestClient(TestServer(parts.app))

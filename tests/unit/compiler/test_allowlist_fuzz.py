@@ -10,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compiler.pipelines.allowlist import RULES
+from compiler.pipelines.allowlist import DISPLAY_NAME, RULES
 from tests.unit.compiler._allowlist import (
     BENIGN,
     run,
@@ -102,6 +102,10 @@ _keys = st.sampled_from(
         "secret",
         "secretName",
         "initContainers",
+        "supplied",
+        "wm-register",
+        "kubeopera.io/platform-stage",
+        "workflows.argoproj.io/display-name",
     ]
 )
 _values = st.recursive(
@@ -246,6 +250,18 @@ HOSTILE: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
             outputs={"artifacts": [{"name": "a", "s3": {"key": "tenants/acme/training/a"}}]}
         ),
     ),
+    ("platform_stage", lambda t: t.update(name="wm-gate")),
+    (
+        "platform_stage",
+        lambda t: t.update(
+            outputs={"parameters": [{"name": "verdict", "valueFrom": {"supplied": {}}}]}
+        ),
+    ),
+    (
+        "platform_stage",
+        lambda t: t.update(metadata={"annotations": {"kubeopera.io/platform-stage": "gate"}}),
+    ),
+    ("platform_stage", lambda t: t.update(annotations={DISPLAY_NAME: "wm-register"})),
 ]
 
 
