@@ -260,6 +260,18 @@ class RegistryReader:
             )
         return _approval(row)
 
+    async def approval_of(self, model_id: str, run: str) -> ApprovalRow | None:
+        """The model's approval of ``run`` (its uid or its workflow's name; the latest request
+        when a name was used twice), whatever its state."""
+        with translate_db_errors():
+            row = await self._pool.fetchrow(
+                f"SELECT {_APPROVAL} FROM approvals WHERE model_id = $1 "
+                "AND (run_uid = $2 OR run_name = $2) ORDER BY requested_at DESC LIMIT 1",
+                model_id,
+                run,
+            )
+        return _approval(row)
+
     async def outcomes(self, run_uid: str) -> list[StageOutcome]:
         """What the stage controller recorded for one run, in the order it did."""
         with translate_db_errors():
