@@ -14,6 +14,7 @@ from apiserver.clusters.routes import ROUTES as CLUSTER_ROUTES
 from apiserver.grants.routes import ROUTES as GRANT_ROUTES
 from apiserver.logs.routes import ROUTES as LOG_ROUTES
 from apiserver.metrics import metrics_middleware
+from apiserver.models.routes import ROUTES as MODEL_ROUTES
 from apiserver.pipelines.routes import ROUTES as PIPELINE_ROUTES
 from apiserver.routing import RouteSpec, access_of, add_routes
 from apiserver.runs.routes import ROUTES as RUN_ROUTES
@@ -36,6 +37,7 @@ def route_specs() -> list[RouteSpec]:
         *CLUSTER_ROUTES,
         *GRANT_ROUTES,
         *PIPELINE_ROUTES,
+        *MODEL_ROUTES,
         *TRACKING_ROUTES,
         openapi.ROUTE,
     ]

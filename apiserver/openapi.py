@@ -234,6 +234,91 @@ SCHEMAS: dict[str, Any] = {
             "parameters": {"type": "object", "additionalProperties": {"type": "string"}},
         },
     },
+    "Model": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "tenant": {"type": "string"},
+            "name": {"type": "string"},
+            "production_version": {"type": "integer", "nullable": True},
+            "created_at": {"type": "string", "format": "date-time"},
+            "updated_at": {"type": "string", "format": "date-time"},
+        },
+    },
+    "ModelList": {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/Model"}},
+            "next_cursor": {"type": "string", "nullable": True},
+            "total": {"type": "integer"},
+        },
+    },
+    "ModelVersion": {
+        "type": "object",
+        "properties": {
+            "number": {"type": "integer"},
+            "state": {"type": "string"},
+            "verdict": {"type": "string", "nullable": True, "enum": ["passed", "failed", None]},
+            "reasons": {"type": "array", "items": {"type": "string"}},
+            "scorecard": {"type": "object", "nullable": True},
+            "run": {"type": "object"},
+            "pipeline": {"type": "object"},
+            "model_file": {"type": "string"},
+            "files": {"type": "array", "items": {"type": "string"}},
+            "release_outcome": {"type": "string", "nullable": True},
+            "archived_by": {"type": "string", "nullable": True},
+            "archived_at": {"type": "string", "format": "date-time", "nullable": True},
+            "created_at": {"type": "string", "format": "date-time"},
+            "updated_at": {"type": "string", "format": "date-time"},
+        },
+    },
+    "Approval": {
+        "type": "object",
+        "properties": {
+            "run": {"type": "object"},
+            "version": {"type": "integer"},
+            "state": {"type": "string", "enum": ["pending", "approved", "rejected", "expired"]},
+            "requested_at": {"type": "string", "format": "date-time"},
+            "expires_at": {"type": "string", "format": "date-time"},
+            "decided_by": {"type": "string", "nullable": True},
+            "decided_at": {"type": "string", "format": "date-time", "nullable": True},
+            "reason": {"type": "string", "nullable": True},
+        },
+    },
+    "ModelDetail": {
+        "allOf": [
+            {"$ref": "#/components/schemas/Model"},
+            {
+                "type": "object",
+                "properties": {
+                    "versions": {
+                        "type": "array",
+                        "items": {"$ref": "#/components/schemas/ModelVersion"},
+                    },
+                    "more_versions": {"type": "boolean"},
+                    "pending_approvals": {
+                        "type": "array",
+                        "items": {"$ref": "#/components/schemas/Approval"},
+                    },
+                },
+            },
+        ]
+    },
+    "ModelFile": {"type": "object", "description": "The scorecard or the lineage, as stored."},
+    "ModelVersionArchived": {
+        "type": "object",
+        "properties": {
+            "model": {"type": "string"},
+            "version": {"$ref": "#/components/schemas/ModelVersion"},
+        },
+    },
+    "ApprovalDecided": {
+        "type": "object",
+        "properties": {
+            "model": {"type": "string"},
+            "approval": {"$ref": "#/components/schemas/Approval"},
+        },
+    },
     "TrackingRun": {
         "type": "object",
         "properties": {

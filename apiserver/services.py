@@ -20,6 +20,7 @@ from shared.cursors import CursorCodec, cursor_key
 from shared.db.clusters import ClusterStore
 from shared.db.experiments import ExperimentReader
 from shared.db.pipelines import PipelineReader
+from shared.db.registry import RegistryReader
 from shared.mlflow import MlflowClient
 
 
@@ -56,12 +57,14 @@ class Services:
     grants: GrantStore = field(init=False)
     pipelines: PipelineReader = field(init=False)
     experiments: ExperimentReader = field(init=False)
+    registry: RegistryReader = field(init=False)
 
     def __post_init__(self) -> None:
         self.clusters = ClusterStore(self.pool)
         self.grants = GrantStore(self.pool)
         self.pipelines = PipelineReader(self.pool)
         self.experiments = ExperimentReader(self.pool)
+        self.registry = RegistryReader(self.pool)
 
 
 SERVICES = web.AppKey("services", Services)

@@ -37,6 +37,7 @@ NEED_A_DEPENDENCY = "|".join(
         "POST .*/(stop|terminate|retry|submit)$",
         "(POST|PUT|DELETE) /api/v1/(data|ml)-pipelines",
         "GET /api/v1/ml-tracking/",
+        "GET /api/v1/models/.*/files/",
     )
 )
 CONFIG = f"""
@@ -121,6 +122,30 @@ async def _seed(db: asyncpg.Pool, examples: dict[str, str]) -> None:
         "INSERT INTO ml_experiments (pipeline_id, tenant, experiment_id, name) "
         "VALUES ($1, 'acme', '1', 'acme/' || $1)",
         examples["pipeline"],
+    )
+    # A model with a registered version and a release of it waiting for approval.
+    await db.execute(
+        "INSERT INTO models (id, tenant, name) VALUES ($1, 'acme', 'churn')", examples["model"]
+    )
+    await db.execute(
+        "INSERT INTO model_versions (model_id, number, cluster_id, run_namespace, run_name, "
+        "run_uid, pipeline_id, pipeline_version, prefix, model_file, scorecard, lineage, state) "
+        "VALUES ($1, 1, $2, $3, $4, $5, $6, 1, 'tenants/acme/models/churn/1/', 'model.tgz', "
+        "'{}', '{}', 'passed')",
+        examples["model"],
+        cluster,
+        namespace,
+        examples["run"],
+        examples["run"],
+        examples["pipeline"],
+    )
+    await db.execute(
+        "INSERT INTO approvals (run_uid, model_id, version, cluster_id, run_namespace, run_name, "
+        "expires_at) VALUES ($1, $2, 1, $3, $4, $1, now() + interval '1 day')",
+        examples["run"],
+        examples["model"],
+        cluster,
+        namespace,
     )
 
 
