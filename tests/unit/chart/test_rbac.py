@@ -20,6 +20,7 @@ from compiler.tenants.provisioning import (
     obsolete_objects,
     tenant_objects,
 )
+from compiler.tracking.accounts import SECRET_NAME as TRACKING_SECRET
 from shared.config import Settings
 from tests.unit.chart._rbac import RBAC_GROUP, Account, Rbac, Request, binding
 from tests.unit.chart._render import COMPILER, RELEASE, compiler_env, rendered
@@ -109,10 +110,12 @@ def test_the_compiler_reads_no_secret_and_creates_no_pod_anywhere_by_itself() ->
             assert not world.allows(COMPILER, Request(verb, "", "pods", namespace, "any"))
 
 
-def test_in_a_tenant_namespace_it_reads_back_only_the_two_secrets_it_writes() -> None:
+def test_in_a_tenant_namespace_it_reads_back_only_the_secrets_it_writes() -> None:
     world = provisioned()
-    for name in (ARTIFACT_CREDENTIALS_SECRET, EXECUTOR_TOKEN_SECRET):
-        assert world.allows(COMPILER, Request("get", "", "secrets", DATA, name))
+    # The storage credentials, the executor's token and the tenant's MLflow account.
+    for name in (ARTIFACT_CREDENTIALS_SECRET, EXECUTOR_TOKEN_SECRET, TRACKING_SECRET):
+        for verb in ("get", "update"):
+            assert world.allows(COMPILER, Request(verb, "", "secrets", DATA, name))
     assert not world.allows(COMPILER, Request("get", "", "secrets", DATA, "tenant-own"))
     for verb in ("list", "watch"):
         assert not world.allows(COMPILER, Request(verb, "", "secrets", DATA))
