@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from kubernetes_asyncio.client import ApiClient
 
 from apiserver.app import create_app as create_api
+from apiserver.artifacts.s3_store import S3ObjectStore
 from apiserver.clusters.connections import ConnectionCache
 from apiserver.pipelines.compiler_client import CompilerClient
 from apiserver.runs.pg_runs import RunReader
@@ -179,8 +180,13 @@ async def make_stack(
         pool=db,
         runs=RunReader(db),
         connections=ConnectionCache(registry=None, host_factory=None),
-        objects=None,
-        artifact_bucket=None,
+        # Object storage only where a test gives it one (the release stack's moto).
+        objects=(
+            S3ObjectStore(region=settings.AWS_REGION, endpoint_url=settings.S3_ENDPOINT_URL)
+            if settings.S3_ENDPOINT_URL
+            else None
+        ),
+        artifact_bucket=settings.ARTIFACT_BUCKET if settings.S3_ENDPOINT_URL else None,
         argo_data_server_url=settings.ARGO_DATA_SERVER_URL,
         compiler=CompilerClient(
             session, base_url=str(compiler_client.make_url("")), internal_key=INTERNAL_KEY
