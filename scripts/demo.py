@@ -8,8 +8,10 @@ failed run's step log and retries it, and a tenant saves a data pipeline (its na
 storage user provisioned on first use), has a hostile template refused, runs the pipeline and
 saves a second version. A model endpoint is registered through the token module, served by a
 stand-in model behind a real nginx configured as ingress-nginx renders `auth-url` (checked by
-inference_auth), and called with a valid, another deployment's and a revoked token.
-Ctrl-C stops everything. Logs: .run/demo/*.log.
+inference_auth), and called with a valid, another deployment's and a revoked token. An ML
+pipeline with a release logs to the real MLflow server as its tenant, its runs are read back
+through /ml-tracking, and its model is registered, gated and approved through /models
+(scripts/showcase_release.py). Ctrl-C stops everything. Logs: .run/demo/*.log.
 """
 
 from __future__ import annotations
@@ -431,8 +433,11 @@ async def main() -> None:
     from shared.db.migrations import apply_migrations
 
     await apply_migrations(url)  # the deployables would too; the feed below needs the tables
+    import showcase_release
+
     python = sys.executable
     processes: dict[str, subprocess.Popen[bytes]] = {}
+    tracking = None  # the MLflow server, once started
     aws = {"AWS_ACCESS_KEY_ID": "demo", "AWS_SECRET_ACCESS_KEY": "demo-secret"}
     processes["moto"] = start(
         "moto",
@@ -472,7 +477,9 @@ async def main() -> None:
         assert isinstance(registry, dict)
         assert isinstance(data_argo, dict)
         host = next(c for c in clusters if c["host"])
+        tracking = await showcase_release.start_tracking(STATE / "mlflow")
         base_env = {
+            **showcase_release.tracking_env(tracking),
             **os.environ,
             "DATABASE_URL": url,
             "API_KEY": API_KEY,
@@ -522,6 +529,11 @@ async def main() -> None:
             showcase_task,
             asyncio.create_task(pipelines_showcase()),
             asyncio.create_task(inference_showcase(url, processes)),
+            asyncio.create_task(
+                showcase_release.release_showcase(
+                    api=API, api_key=API_KEY, kubeconfig=host["kubeconfig"], log=log
+                )
+            ),
         ]
         while True:
             await asyncio.sleep(1)
@@ -546,6 +558,8 @@ async def main() -> None:
             for process in group:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=30)
+        if tracking is not None:
+            tracking.stop()
         log("stopped")
 
 
