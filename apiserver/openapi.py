@@ -342,7 +342,7 @@ SCHEMAS: dict[str, Any] = {
             "items": {"type": "array", "items": {"$ref": "#/components/schemas/TrackingRun"}},
             "next_cursor": {"type": "string", "nullable": True},
             "total": {"type": "integer", "nullable": True},
-            "experiment": {"type": "object"},
+            "experiment": {"type": "object", "nullable": True},
         },
     },
     "MetricPoint": {

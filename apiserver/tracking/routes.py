@@ -78,7 +78,9 @@ async def list_runs(request: web.Request) -> web.Response:
     bound_to = cursors.binding(request.path, tenant=identity.tenant)
     token = _page_token(services, params, bound_to=bound_to)
     if experiment is None:  # saved before tracking was configured: no run was ever logged
-        return web.json_response({**_answer(services, [], None, bound_to=bound_to)})
+        return web.json_response(
+            {**_answer(services, [], None, bound_to=bound_to), "experiment": None}
+        )
     page = await _tracking(services).search_runs(
         experiment.experiment_id, max_results=limit, page_token=token
     )
