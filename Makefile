@@ -16,6 +16,7 @@ install: $(STAMP)
 
 services:
 	./scripts/ensure-services.sh
+	./scripts/ensure-mlflow.sh
 
 ## Start the whole system locally: sim clusters with Argo, every deployable, a stream of runs.
 demo: install services

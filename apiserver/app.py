@@ -14,6 +14,7 @@ from apiserver.clusters.routes import ROUTES as CLUSTER_ROUTES
 from apiserver.grants.routes import ROUTES as GRANT_ROUTES
 from apiserver.logs.routes import ROUTES as LOG_ROUTES
 from apiserver.metrics import metrics_middleware
+from apiserver.models.routes import ROUTES as MODEL_ROUTES
 from apiserver.pipelines.routes import ROUTES as PIPELINE_ROUTES
 from apiserver.routing import RouteSpec, access_of, add_routes
 from apiserver.runs.routes import ROUTES as RUN_ROUTES
@@ -22,6 +23,7 @@ from apiserver.services import SERVICES, Services
 from apiserver.stream.hub import StreamHub
 from apiserver.stream.routes import HUB
 from apiserver.stream.routes import ROUTES as STREAM_ROUTES
+from apiserver.tracking.routes import ROUTES as TRACKING_ROUTES
 from shared.web import error_middleware, request_id_header
 
 
@@ -37,6 +39,8 @@ def route_specs() -> list[RouteSpec]:
         *GRANT_ROUTES,
         *PIPELINE_ROUTES,
         *SECRET_ROUTES,
+        *MODEL_ROUTES,
+        *TRACKING_ROUTES,
         openapi.ROUTE,
     ]
 

@@ -355,9 +355,139 @@ SCHEMAS: dict[str, Any] = {
             "total": {"type": "integer"},
         },
     },
+    "Model": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "tenant": {"type": "string"},
+            "name": {"type": "string"},
+            "production_version": {"type": "integer", "nullable": True},
+            "created_at": {"type": "string", "format": "date-time"},
+            "updated_at": {"type": "string", "format": "date-time"},
+        },
+    },
+    "ModelList": {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/Model"}},
+            "next_cursor": {"type": "string", "nullable": True},
+            "total": {"type": "integer"},
+        },
+    },
     "DataSecretDeleted": {
         "type": "object",
         "properties": {"name": {"type": "string"}, "deleted": {"type": "boolean"}},
+    },
+    "ModelVersion": {
+        "type": "object",
+        "properties": {
+            "number": {"type": "integer"},
+            "state": {"type": "string"},
+            "verdict": {"type": "string", "nullable": True, "enum": ["passed", "failed", None]},
+            "reasons": {"type": "array", "items": {"type": "string"}},
+            "scorecard": {"type": "object", "nullable": True},
+            "run": {"type": "object"},
+            "pipeline": {"type": "object"},
+            "model_file": {"type": "string"},
+            "files": {"type": "array", "items": {"type": "string"}},
+            "release_outcome": {"type": "string", "nullable": True},
+            "archived_by": {"type": "string", "nullable": True},
+            "archived_at": {"type": "string", "format": "date-time", "nullable": True},
+            "created_at": {"type": "string", "format": "date-time"},
+            "updated_at": {"type": "string", "format": "date-time"},
+        },
+    },
+    "Approval": {
+        "type": "object",
+        "properties": {
+            "run": {"type": "object"},
+            "version": {"type": "integer"},
+            "state": {"type": "string", "enum": ["pending", "approved", "rejected", "expired"]},
+            "requested_at": {"type": "string", "format": "date-time"},
+            "expires_at": {"type": "string", "format": "date-time"},
+            "decided_by": {"type": "string", "nullable": True},
+            "decided_at": {"type": "string", "format": "date-time", "nullable": True},
+            "reason": {"type": "string", "nullable": True},
+        },
+    },
+    "ModelDetail": {
+        "allOf": [
+            {"$ref": "#/components/schemas/Model"},
+            {
+                "type": "object",
+                "properties": {
+                    "versions": {
+                        "type": "array",
+                        "items": {"$ref": "#/components/schemas/ModelVersion"},
+                    },
+                    "more_versions": {"type": "boolean"},
+                    "pending_approvals": {
+                        "type": "array",
+                        "items": {"$ref": "#/components/schemas/Approval"},
+                    },
+                },
+            },
+        ]
+    },
+    "ModelFile": {"type": "object", "description": "The scorecard or the lineage, as stored."},
+    "ModelVersionArchived": {
+        "type": "object",
+        "properties": {
+            "model": {"type": "string"},
+            "version": {"$ref": "#/components/schemas/ModelVersion"},
+        },
+    },
+    "ApprovalDecided": {
+        "type": "object",
+        "properties": {
+            "model": {"type": "string"},
+            "approval": {"$ref": "#/components/schemas/Approval"},
+        },
+    },
+    "TrackingRun": {
+        "type": "object",
+        "properties": {
+            "run_id": {"type": "string"},
+            "name": {"type": "string", "nullable": True},
+            "status": {"type": "string"},
+            "started_at": {"type": "string", "format": "date-time", "nullable": True},
+            "ended_at": {"type": "string", "format": "date-time", "nullable": True},
+            "user": {"type": "string", "nullable": True},
+            "metrics": {
+                "type": "object",
+                "additionalProperties": {"type": "number", "nullable": True},
+            },
+            "params": {"type": "object", "additionalProperties": {"type": "string"}},
+            "tags": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
+    },
+    "TrackingRunPage": {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/TrackingRun"}},
+            "next_cursor": {"type": "string", "nullable": True},
+            "total": {"type": "integer", "nullable": True},
+            "experiment": {"type": "object", "nullable": True},
+        },
+    },
+    "MetricPoint": {
+        "type": "object",
+        "properties": {
+            "step": {"type": "integer"},
+            "value": {"type": "number", "nullable": True},
+            "timestamp": {"type": "integer", "nullable": True},
+            "at": {"type": "string", "format": "date-time", "nullable": True},
+        },
+    },
+    "MetricHistoryPage": {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/MetricPoint"}},
+            "next_cursor": {"type": "string", "nullable": True},
+            "total": {"type": "integer", "nullable": True},
+            "run_id": {"type": "string"},
+            "key": {"type": "string"},
+        },
     },
     "RefreshAccepted": {"type": "object", "properties": {"refresh": {"type": "string"}}},
     "EventStream": {"type": "string", "description": "text/event-stream"},
@@ -386,8 +516,8 @@ ERROR_MEANINGS: Mapping[int, str] = {
     404: "Nothing of that name, or nothing the caller may see: the same answer.",
     409: "The target's state refuses the request (details.reason).",
     422: "The pipeline's template is refused (details.violations).",
-    503: "A dependency did not answer: PostgreSQL, a cluster, its Argo server, object storage "
-    "or the pipeline compiler.",
+    503: "A dependency did not answer: PostgreSQL, a cluster, its Argo server, object storage, "
+    "the pipeline compiler or the tracking server (MLflow).",
 }
 ACTING_TENANT = Param(
     ACTING_TENANT_PARAM,

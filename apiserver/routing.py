@@ -57,7 +57,15 @@ class Param:
         return schema
 
     def accepts(self, value: str) -> bool:
-        """Whether ``value`` keeps the pattern and length rules. Purely computational."""
+        """Whether ``value`` keeps the pattern and length rules, and an integer's bounds.
+        Purely computational."""
+        if self.type == "integer":
+            # isascii first: str.isdigit accepts "²", which int() refuses.
+            if not value.isascii() or not value.isdigit() or len(value) > 18:
+                return False
+            number = int(value)
+            low, high = self.minimum, self.maximum
+            return (low is None or number >= low) and (high is None or number <= high)
         if self.max_length is not None and not 1 <= len(value) <= self.max_length:
             return False
         return self.pattern is None or re.fullmatch(self.pattern, value) is not None
@@ -71,6 +79,12 @@ CLUSTER_ID: Final = ids.CLUSTER_ID_PATTERN
 # Argo's own rule for artifact (and parameter) names.
 ARTIFACT_NAME: Final = r"^[-A-Za-z0-9_]+$"
 PIPELINE_ID: Final = ids.PIPELINE_ID_PATTERN
+# MLflow's rule for metric names (letters, digits, '_', '-', '.', ':', '/'), ASCII and without
+# the space it also allows.
+METRIC_KEY: Final = r"^[A-Za-z0-9_\-.:/]+$"
+# Model ids are ours (lower-case hexadecimal); a file of a model version is a plain file name.
+MODEL_ID: Final = r"^[a-z0-9]{1,40}$"
+FILE_NAME: Final = r"^[A-Za-z0-9_.-]+$"
 
 # Every path placeholder of every route, with the rule checked before its handler runs (an
 # unknown placeholder fails at registration: nothing is served undocumented).
@@ -111,6 +125,34 @@ PATH_PARAMS: Final[Mapping[str, Param]] = {
             pattern=DNS_SUBDOMAIN,
             max_length=253,
             example="warehouse",
+        ),
+        Param("pipeline", "ML pipeline id.", pattern=PIPELINE_ID, max_length=40, example="b2c3d4"),
+        # An MLflow run id under /ml-tracking (32 hexadecimal digits), a workflow run's name
+        # under /models approvals: both DNS-1123 subdomains.
+        Param(
+            "run",
+            "Run id.",
+            pattern=DNS_SUBDOMAIN,
+            max_length=253,
+            example="5df970fc59da4761ad087131c171f4aa",
+        ),
+        Param(
+            "key",
+            "MLflow metric key ('/' percent-encoded as %2F).",
+            pattern=METRIC_KEY,
+            max_length=250,
+            example="loss",
+        ),
+        Param("model", "Model id.", pattern=MODEL_ID, max_length=40, example="c3d4e5"),
+        Param(
+            "v", "Model version number.", type="integer", minimum=1, maximum=2**31 - 1, example="1"
+        ),
+        Param(
+            "file",
+            "A version's file: eval_scorecard.json or lineage.json.",
+            pattern=FILE_NAME,
+            max_length=64,
+            example="eval_scorecard.json",
         ),
     )
 }

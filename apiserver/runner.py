@@ -30,6 +30,7 @@ from shared.db.pool import create_pool, database_ready
 from shared.health import HealthServer
 from shared.k8s import host_client
 from shared.logging import get_logger
+from shared.mlflow import MlflowClient
 from shared.registry_client import RegistryClient
 from shared.tasks import Supervisor
 
@@ -93,6 +94,7 @@ async def apiserver_parts(
                 argo_data_server_url=settings.ARGO_DATA_SERVER_URL,
                 argo_data_instance_id=settings.ARGO_DATA_INSTANCE_ID,
                 compiler=compiler,
+                mlflow=MlflowClient.from_settings(session, settings),
                 cursors=CursorCodec(cursor_key(api_key)),
                 heartbeat_seconds=heartbeat_seconds,
             )

@@ -18,7 +18,10 @@ from apiserver.runs.pg_runs import RunReader
 from shared import labels as L
 from shared.cursors import CursorCodec, cursor_key
 from shared.db.clusters import ClusterStore
+from shared.db.experiments import ExperimentReader
 from shared.db.pipelines import PipelineReader
+from shared.db.registry import RegistryReader
+from shared.mlflow import MlflowClient
 
 
 class ClusterConnections(Protocol):
@@ -42,6 +45,7 @@ class Services:
     artifact_bucket: str | None
     argo_data_server_url: str
     compiler: CompilerClient | None = None
+    mlflow: MlflowClient | None = None  # MLflow's administrator (None: tracking not configured)
     # Signs every list's cursors. The runner derives it from API_KEY, which all replicas share;
     # left out (tests), a random key good for this process only.
     cursors: CursorCodec = field(default_factory=lambda: CursorCodec(cursor_key(None)))
@@ -52,11 +56,15 @@ class Services:
     clusters: ClusterStore = field(init=False)
     grants: GrantStore = field(init=False)
     pipelines: PipelineReader = field(init=False)
+    experiments: ExperimentReader = field(init=False)
+    registry: RegistryReader = field(init=False)
 
     def __post_init__(self) -> None:
         self.clusters = ClusterStore(self.pool)
         self.grants = GrantStore(self.pool)
         self.pipelines = PipelineReader(self.pool)
+        self.experiments = ExperimentReader(self.pool)
+        self.registry = RegistryReader(self.pool)
 
 
 SERVICES = web.AppKey("services", Services)

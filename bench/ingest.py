@@ -145,8 +145,8 @@ async def throughput(*, count: int, nodes: int) -> dict[str, float]:
     from kubernetes_asyncio.config import new_client_from_config_dict
 
     from shared.db.pool import create_pool
+    from shared.k8s_informer import ChangeQueue, InformerOptions, WorkflowInformer
     from shared.runs import ClusterRef
-    from watcher.k8s_informer import ChangeQueue, InformerOptions, WorkflowInformer
     from watcher.normalise import normalise
     from watcher.pg_store import RunStore
     from watcher.runner import tune_collector

@@ -37,8 +37,10 @@ from compiler.pipelines.yamldoc import MAX_BYTES as MAX_DOCUMENT_BYTES
 from compiler.secrets.service import DataSecretService
 from compiler.tenants.service import TenantProvisioner
 from compiler.tenants.storage_users import StorageUsers
+from compiler.tracking.service import ExperimentTracking, tracking_configured
 from shared.argo import ArgoServer
 from shared.config import Settings
+from shared.db.experiments import ExperimentStore
 from shared.db.migrations import apply_migrations
 from shared.db.pool import create_pool, database_ready
 from shared.health import HealthServer
@@ -92,6 +94,7 @@ def limits_of(settings: Settings) -> Limits:
         artifact_bucket=settings.ARTIFACT_BUCKET or "",
         templates_kept=settings.PIPELINE_TEMPLATES_KEPT,
         schedule_min_interval=settings.SCHEDULE_MIN_INTERVAL,
+        tracking=tracking_configured(settings),
     )
 
 
@@ -144,7 +147,13 @@ def assemble(
         lint=lint,
         limits=limits_of(settings),
         instance_id=settings.ARGO_DATA_INSTANCE_ID,
-        attachments=[schedules, events],
+        attachments=[
+            schedules,
+            events,
+            *ExperimentTracking.from_settings(
+                settings, objects=objects, store=ExperimentStore(pool)
+            ),
+        ],
         data_secrets=secrets,
         git=repositories,
     )

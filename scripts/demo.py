@@ -14,8 +14,10 @@ module, served by a stand-in model behind a real nginx configured as ingress-ngi
 revoked token. A scheduled pipeline fires (scripts/showcase_schedules.py), a webhook trigger's
 event, POSTed with its token, starts a pipeline run (scripts/showcase_triggers.py), a
 Git-defined pipeline follows its branch on a real Git server (scripts/showcase_git.py), and a
-failed run's Slack and PagerDuty messages arrive (scripts/showcase_notifications.py).
-Ctrl-C stops everything. Logs: .run/demo/*.log.
+failed run's Slack and PagerDuty messages arrive (scripts/showcase_notifications.py). An ML
+pipeline with a release logs to the real MLflow server as its tenant, its runs are read back
+through /ml-tracking, and its model is registered, gated and approved through /models
+(scripts/showcase_release.py). Ctrl-C stops everything. Logs: .run/demo/*.log.
 """
 
 from __future__ import annotations
@@ -443,8 +445,11 @@ async def main() -> None:
     from shared.db.migrations import apply_migrations
 
     await apply_migrations(url)  # the deployables would too; the feed below needs the tables
+    import showcase_release
+
     python = sys.executable
     processes: dict[str, subprocess.Popen[bytes]] = {}
+    tracking = None  # the MLflow server, once started
     aws = {"AWS_ACCESS_KEY_ID": "demo", "AWS_SECRET_ACCESS_KEY": "demo-secret"}
     processes["moto"] = start(
         "moto",
@@ -484,7 +489,9 @@ async def main() -> None:
         assert isinstance(registry, dict)
         assert isinstance(data_argo, dict)
         host = next(c for c in clusters if c["host"])
+        tracking = await showcase_release.start_tracking(STATE / "mlflow")
         base_env = {
+            **showcase_release.tracking_env(tracking),
             **os.environ,
             "DATABASE_URL": url,
             "API_KEY": API_KEY,
@@ -547,6 +554,11 @@ async def main() -> None:
                 )
             ),
             asyncio.create_task(
+                showcase_release.release_showcase(
+                    api=API, api_key=API_KEY, kubeconfig=host["kubeconfig"], log=log
+                )
+            ),
+            asyncio.create_task(
                 showcase_git.git_showcase(
                     api=API,
                     headers=TENANT_HEADERS,
@@ -580,6 +592,8 @@ async def main() -> None:
             for process in group:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=30)
+        if tracking is not None:
+            tracking.stop()
         log("stopped")
 
 

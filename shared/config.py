@@ -139,6 +139,12 @@ class Settings(BaseSettings):
     GIT_TIMEOUT: Seconds = 30.0
     GIT_FETCH_MAX_BYTES: int = Field(default=32 * 1024 * 1024, ge=1024 * 1024)
     GIT_SYNC_CONCURRENCY: int = Field(default=32, ge=1, le=256)
+    # stagectl: how long a release waits for a person's approval before it is rejected as
+    # expired; how many workflows it works on at once; how often it looks for approvals due to
+    # expire and decisions it has not acted on (the NOTIFY it missed while away).
+    STAGE_APPROVAL_TIMEOUT: Seconds = 72 * 3600.0
+    STAGE_CONCURRENCY: int = Field(default=16, ge=1, le=256)
+    STAGE_SWEEP_INTERVAL: Seconds = 30.0
 
     @field_validator("LOG_LEVEL")
     @classmethod

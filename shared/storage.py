@@ -38,3 +38,10 @@ def namespace_prefix(namespace: str) -> str:
     if namespace.startswith(L.DATA_NAMESPACE_PREFIX):
         return tenant_prefix(namespace.removeprefix(L.DATA_NAMESPACE_PREFIX))
     return f"{namespace}/"
+
+
+# A registered model version's files under its registry prefix (``tenant_models(tenant)``
+# ``<model>/<number>/``): the copied scorecard and the lineage stagectl writes beside it, the
+# two the /models routes serve; the model artifact keeps its own name.
+SCORECARD_FILE: Final = "eval_scorecard.json"
+LINEAGE_FILE: Final = "lineage.json"

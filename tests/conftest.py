@@ -122,3 +122,19 @@ def moto_endpoint() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The real MLflow tracking server (the pinned version, basic-auth app, NO_PERMISSIONS by
+    default), started once for the whole run (about ten seconds): ``url``,
+    ``admin_username``, ``admin_password``. Its accounts and experiments outlive each test:
+    tests use tenant ids of their own."""
+    from sim.mlflow import MlflowServer
+
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

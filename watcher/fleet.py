@@ -22,10 +22,10 @@ from shared.argo import ArgoServer
 from shared.clusters import WatchTarget
 from shared.db.clusters import ClusterStore
 from shared.errors import Invalid, WorkflowManagerError
+from shared.k8s_informer import ChangeQueue, InformerOptions, Seen, WorkflowInformer
 from shared.logging import get_logger
 from shared.runs import ClusterRef
 from watcher import metrics
-from watcher.k8s_informer import ChangeQueue, InformerOptions, Seen, WorkflowInformer
 
 log = get_logger(__name__)
 ClientFactory = Callable[[str], Awaitable[ApiClient]]
@@ -158,6 +158,7 @@ class Fleet:
                 known=known,
                 options=self._options,
                 clock=self._clock,
+                metrics=metrics.INFORMER,
             )
             self._stalled.pop(cluster_id, None)
             self.informers[cluster_id] = informer

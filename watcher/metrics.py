@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from shared.k8s_informer import InformerMetrics
+
 EVENTS = Counter("wm_watcher_events_total", "Watch events received", ["cluster", "type"])
 WATCH_RESTARTS = Counter("wm_watcher_watch_restarts_total", "Watches re-opened", ["cluster"])
 RELISTS = Counter("wm_watcher_relists_total", "Full lists (start, 410 Gone)", ["cluster"])
+INFORMER = InformerMetrics(events=EVENTS, watch_restarts=WATCH_RESTARTS, relists=RELISTS)
 QUEUE_DEPTH = Gauge("wm_watcher_queue_depth", "Workflows waiting to be written")
 UPSERT_SECONDS = Histogram(
     "wm_watcher_upsert_seconds",

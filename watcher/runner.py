@@ -33,13 +33,13 @@ from shared.db.pool import connect, create_pool, database_ready
 from shared.errors import DependencyDown, WorkflowManagerError
 from shared.health import HealthServer
 from shared.k8s import client_from_kubeconfig, host_client, translating
+from shared.k8s_informer import ChangeQueue, InformerOptions
 from shared.leader import LeaderElector, default_identity
 from shared.leader_shards import ShardedElection
 from shared.logging import get_logger
 from shared.registry_client import RegistryClient
 from shared.tasks import Supervisor
 from watcher.fleet import Fleet
-from watcher.k8s_informer import ChangeQueue, InformerOptions
 from watcher.pg_store import RunStore
 from watcher.writing import RunWriter
 

@@ -31,13 +31,13 @@ from typing import Any, Protocol
 import asyncpg
 
 from shared.errors import Invalid
+from shared.k8s_informer import ChangeQueue, Deleted, WorkflowKey
 from shared.logging import get_logger
+from shared.queueing import Pending
 from shared.runs import ClusterRef, RunRecord
 from watcher import metrics
-from watcher.k8s_informer import ChangeQueue, Deleted, WorkflowKey
 from watcher.normalise import last_change_at, normalise
 from watcher.pg_store import UNENCODABLE, Tombstone
-from watcher.queueing import Pending
 from watcher.reading import clean, trim
 
 log = get_logger(__name__)

@@ -20,7 +20,11 @@ A save, an update and a validate all carry the same body, parsed by ``shared.pip
    steps and artifacts it names must exist (``release.check_release``, 400), and the platform's
    part is added, which a tenant may not write: the control stages
    (``release.append_stages``: a new entrypoint ``wm-release-main``, suspend templates
-   ``wm-*``, the exit handler ``wm-cleanup``). Argo's schema
+   ``wm-*``, the exit handler ``wm-cleanup``) and, when experiment tracking is on, the tenant's
+   MLflow account (``envFrom`` the Secret ``kubeopera-mlflow``) and the experiment's name
+   (``MLFLOW_EXPERIMENT_NAME``) in every container of an ML pipeline
+   (``compiler.pipelines.stamping.with_tracking_credentials``; a tenant who writes that
+   Secret's reference itself is refused in step 4). Argo's schema
    (``compiler.pipelines.argo_schema``) then judges the whole document, and a refusal lists
    every violation at once (422). Nothing else is added: the executor's token and the
    artifact repository's credentials are found by Argo at run time, through the executor's
@@ -57,8 +61,9 @@ from typing import Any, Final
 from compiler.pipelines import allowlist, argo_schema, release
 from compiler.pipelines.compile import StepLimits, compile_wizard
 from compiler.pipelines.spec import parameter_value
-from compiler.pipelines.stamping import stamp
+from compiler.pipelines.stamping import stamp, with_tracking_credentials
 from compiler.pipelines.yamldoc import parse_template_yaml
+from compiler.tracking import accounts as tracking
 from shared import labels as L
 from shared import schedules
 from shared.errors import Invalid
@@ -91,6 +96,9 @@ class Target:
     # daylight-saving transitions are looked at from this year on.
     schedule_min_interval: float = 300.0
     year: int = 2026
+    # Experiment tracking is configured: an ML pipeline's containers get the tenant's MLflow
+    # account and their experiment's name, after the allowlist (``compiler.tracking``).
+    tracking: bool = False
 
     @property
     def namespace(self) -> str:
@@ -178,6 +186,12 @@ def render(body: PipelineBody, target: Target, *, fetched: Fetched | None = None
         if body.release is not None:
             release.check_release(body.release, stamped)
             release.append_stages(stamped, body.release)
+        if target.tracking and target.kind == L.PIPELINE_KIND_ML:
+            stamped = with_tracking_credentials(
+                stamped,
+                secret=tracking.SECRET_NAME,
+                experiment=tracking.experiment_name(target.tenant, target.pipeline_id),
+            )
         violations += argo_schema.schema_violations(stamped)
     allowlist.raise_if_refused(violations)
     declared = declared_parameters(stamped, types)

@@ -141,6 +141,8 @@ class Limits:
     artifact_bucket: str
     templates_kept: int = 10
     schedule_min_interval: float = 300.0
+    # Experiment tracking is configured: ML pipelines' containers get the MLflow account.
+    tracking: bool = False
 
     def step_limits(self, kind: PipelineKind) -> StepLimits:
         return self.ml if kind == L.PIPELINE_KIND_ML else self.data
@@ -203,6 +205,7 @@ class PipelineService:
             data_secrets=data_secrets,
             schedule_min_interval=self._limits.schedule_min_interval,
             year=datetime.now(UTC).year,
+            tracking=self._limits.tracking,
         )
 
     async def _read(self, caller: Caller, body: PipelineBody) -> Fetched | None:

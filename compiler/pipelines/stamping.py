@@ -17,6 +17,11 @@ is returned. Whatever a tenant wrote in the identity fields is replaced or remov
   ``kubeopera-training`` account with its token mounted, which Spark drivers and PyTorch
   launchers need to create their workers. These are the only accounts a template may name;
   ``compiler.pipelines.allowlist`` refuses any other.
+
+``with_tracking_credentials`` is the one thing added after the allowlist has judged the
+document: the reference to the platform's ``kubeopera-mlflow`` Secret, which the allowlist
+refuses in any tenant's writing, and the experiment's name (``compiler.pipelines.definitions``,
+step 5).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from compiler.tenants.provisioning import EXECUTOR_SERVICE_ACCOUNT as EXECUTOR_S
 from compiler.tenants.provisioning import SPARK_SERVICE_ACCOUNT as SPARK_SERVICE_ACCOUNT
 from compiler.tenants.provisioning import TRAINING_SERVICE_ACCOUNT as TRAINING_SERVICE_ACCOUNT
 from compiler.tenants.provisioning import WORKLOAD_SERVICE_ACCOUNT as WORKLOAD_SERVICE_ACCOUNT
+from compiler.tracking.accounts import EXPERIMENT_VARIABLE
 from shared import labels as L
 from shared.pipelines import PipelineKind
 
@@ -168,4 +174,40 @@ def stamp(
         if account is not None:
             entry["serviceAccountName"] = account
             entry["automountServiceAccountToken"] = True
+    return document
+
+
+def with_tracking_credentials(
+    template: Mapping[str, Any], *, secret: str, experiment: str
+) -> dict[str, Any]:
+    """A copy of ``template`` whose every main container (a template's ``container``,
+    ``script`` and each of a ``containerSet``'s; not init containers or sidecars) gets
+    ``envFrom`` the Secret ``secret`` (the MLflow account's ``MLFLOW_TRACKING_*`` variables)
+    and ``MLFLOW_EXPERIMENT_NAME=experiment``. What the tenant wrote still wins: Kubernetes
+    gives ``env`` precedence over ``envFrom``, and an ``MLFLOW_EXPERIMENT_NAME`` of the
+    tenant's own is kept; either only changes what the tenant's own code reads (MLflow decides
+    what the account may reach). Suspend, resource and other templates run no tenant container
+    and get nothing. Purely computational."""
+    document = _copy(template)
+    spec = document.get("spec")
+    templates = spec.get("templates") if isinstance(spec, dict) else None
+    for entry in templates if isinstance(templates, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        containers = [entry.get("container"), entry.get("script")]
+        container_set = entry.get("containerSet")
+        if isinstance(container_set, dict) and isinstance(container_set.get("containers"), list):
+            containers += container_set["containers"]
+        for container in containers:
+            if not isinstance(container, dict):
+                continue
+            env_from = container.get("envFrom")
+            env_from = env_from if isinstance(env_from, list) else []
+            container["envFrom"] = [{"secretRef": {"name": secret}}, *env_from]
+            env = container.get("env")
+            env = env if isinstance(env, list) else []
+            named = {item.get("name") for item in env if isinstance(item, dict)}
+            if EXPERIMENT_VARIABLE not in named:
+                env = [{"name": EXPERIMENT_VARIABLE, "value": experiment}, *env]
+            container["env"] = env
     return document

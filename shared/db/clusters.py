@@ -24,7 +24,14 @@ log = get_logger(__name__)
 REFRESH_CHANNEL: Final = "cluster_refresh"
 
 # Tables that name a cluster without a foreign key (history, audit, grants).
-_CLUSTER_ID_TABLES = ("run_changes", "run_actions", "access_grants")
+_CLUSTER_ID_TABLES = (
+    "run_changes",
+    "run_actions",
+    "access_grants",
+    "model_versions",
+    "approvals",
+    "stage_outcomes",
+)
 
 
 _COLUMNS: Final = (

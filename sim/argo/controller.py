@@ -405,10 +405,14 @@ class ArgoSimulator:
                 key = (artifact.get("s3") or {}).get("key")
                 if not key:
                     continue
-                if artifact.get("name") == "main-logs":
+                name = str(artifact.get("name"))
+                scripted = run.artifacts.get(podsim.artifact_env(name)) if run else None
+                if name == "main-logs":
                     body = (run.log_text() if run else "").encode()
+                elif scripted is not None:
+                    body = scripted.encode()
                 else:
-                    body = f"simulated artifact {artifact.get('name')} of {pod}\n".encode()
+                    body = f"simulated artifact {name} of {pod}\n".encode()
                 try:
                     await self.archive.put(str(key), body, bucket=str(bucket) if bucket else None)
                 except Exception:

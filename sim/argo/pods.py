@@ -2,7 +2,9 @@
 
 A step fails when its container's command, args or script contain `exit <n>` with n > 0, or
 when its env has SIM_FAIL=1/true; it runs SIM_DURATION_TICKS ticks (default 2) after one tick
-Pending. Purely computational, no side effects: the controller writes what this decides.
+Pending. An output artifact holds the value of the env variable SIM_ARTIFACT_<NAME> (its name
+upper-cased, anything but letters and digits as `_`) when the step has one, else a line naming
+it. Purely computational, no side effects: the controller writes what this decides.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from sim.argo.naming import Obj, iso
 DEFAULT_DURATION_TICKS = 2
 _EXIT = re.compile(r"\bexit\s+([1-9][0-9]*)\b")
 _ECHO = re.compile(r"\becho\s+([^;&|]+)")
+_NOT_ALNUM = re.compile(r"[^A-Z0-9]")
+ARTIFACT_ENV_PREFIX = "SIM_ARTIFACT_"
 
 
 def _container(template: Obj) -> Obj:
@@ -46,6 +50,16 @@ def exit_code_of(template: Obj) -> int:
         return 1
     match = _EXIT.search(_command_text(template))
     return int(match.group(1)) if match else 0
+
+
+def artifact_env(name: str) -> str:
+    """The env variable whose value a step's output artifact `name` holds."""
+    return ARTIFACT_ENV_PREFIX + _NOT_ALNUM.sub("_", name.upper())
+
+
+def artifact_contents_of(template: Obj) -> dict[str, str]:
+    """Env variable -> value of the SIM_ARTIFACT_* variables the step has."""
+    return {k: v for k, v in _env(template).items() if k.startswith(ARTIFACT_ENV_PREFIX)}
 
 
 def duration_ticks_of(template: Obj) -> int:
@@ -85,6 +99,7 @@ class PodRun:
     started: float | None = None
     finished: float | None = None
     lines: list[str] = field(default_factory=list)
+    artifacts: dict[str, str] = field(default_factory=dict)  # SIM_ARTIFACT_* env -> contents
 
     @property
     def done(self) -> bool:
@@ -112,6 +127,7 @@ def new_run(namespace: str, name: str, workflow: str, template: Obj) -> PodRun:
         exit_code=exit_code_of(template),
         script=scripted_lines(template, ticks),
         image=str(_container(template).get("image") or "busybox"),
+        artifacts=artifact_contents_of(template),
     )
 
 

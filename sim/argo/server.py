@@ -6,10 +6,12 @@ refuses other instances' workflows, as Argo's does."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -56,6 +58,33 @@ VERSION = {
 }
 MERGE_PATCH = "application/merge-patch+json"
 Handler = Callable[[web.Request, dict[str, str]], Awaitable[web.StreamResponse]]
+# A test's hook around set and resume: (moment "before" or "after", action, namespace, name,
+# nodeFieldSelector). Raising ActionError before refuses the call unapplied.
+Interceptor = Callable[[str, str, str, str, str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class NodeAction:
+    """One set or resume call, as the server answered it: what a test counts to prove a node
+    was completed exactly once."""
+
+    action: str  # "set" | "resume"
+    namespace: str
+    name: str
+    selector: str
+    error: str | None  # the refusal's message; None when it succeeded
+    completed: tuple[str, ...]  # node ids this call moved from Running to a finished phase
+    outputs_set: tuple[str, ...]  # node ids whose supplied outputs this call set
+
+
+def _node_states(workflow: Obj) -> dict[str, tuple[str, bool]]:
+    """Node id -> (phase, whether any supplied output is still unset)."""
+    states = {}
+    for nid, node in ((workflow.get("status") or {}).get("nodes") or {}).items():
+        params = (node.get("outputs") or {}).get("parameters") or []
+        unset = any("supplied" in (p.get("valueFrom") or {}) for p in params)
+        states[nid] = (str(node.get("phase")), unset)
+    return states
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -88,6 +117,8 @@ class ArgoServer:
         self.workflows = store.resolve("argoproj.io", "v1alpha1", "workflows")
         self.templates = store.resolve("argoproj.io", "v1alpha1", "workflowtemplates")
         self.pods = store.resolve("", "v1", "pods")
+        self.node_actions: list[NodeAction] = []
+        self.interceptor: Interceptor | None = None
         ns, name = r"(?P<ns>[^/]+)", r"(?P<name>[^/]+)"
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = [
             ("GET", re.compile(r"api/v1/version"), self.version),
@@ -303,27 +334,69 @@ class ArgoServer:
 
     async def set(self, request: web.Request, args: dict[str, str]) -> web.StreamResponse:
         body = await self._body(request)
-        outputs = actions.parse_set_request(
-            str(body.get("phase") or ""), str(body.get("outputParameters") or "")
-        )
-        workflow = self._get(args)
-        actions.set_suspended_nodes(
-            workflow,
-            node_field_selector=str(body.get("nodeFieldSelector") or ""),
-            phase=str(body.get("phase") or ""),
-            message=str(body.get("message") or ""),
-            output_parameters=outputs,
-            now=self.clock(),
-        )
-        return _json(self._save(workflow))
+
+        def apply(workflow: Obj) -> None:
+            outputs = actions.parse_set_request(
+                str(body.get("phase") or ""), str(body.get("outputParameters") or "")
+            )
+            actions.set_suspended_nodes(
+                workflow,
+                node_field_selector=str(body.get("nodeFieldSelector") or ""),
+                phase=str(body.get("phase") or ""),
+                message=str(body.get("message") or ""),
+                output_parameters=outputs,
+                now=self.clock(),
+            )
+
+        return await self._node_action("set", args, body, apply)
 
     async def resume(self, request: web.Request, args: dict[str, str]) -> web.StreamResponse:
         body = await self._body(request)
+
+        def apply(workflow: Obj) -> None:
+            actions.resume(
+                workflow,
+                node_field_selector=str(body.get("nodeFieldSelector") or ""),
+                now=self.clock(),
+            )
+
+        return await self._node_action("resume", args, body, apply)
+
+    async def _node_action(
+        self, action: str, args: dict[str, str], body: Obj, apply: Callable[[Obj], None]
+    ) -> web.StreamResponse:
+        """Apply a set or resume, record what it did (``node_actions``), and let a test's
+        ``interceptor`` hold the call before it is applied and before it is answered."""
+        selector = str(body.get("nodeFieldSelector") or "")
+        if self.interceptor is not None:
+            await self.interceptor("before", action, args["ns"], args["name"], selector)
         workflow = self._get(args)
-        actions.resume(
-            workflow, node_field_selector=str(body.get("nodeFieldSelector") or ""), now=self.clock()
+        before = _node_states(workflow)
+        try:
+            apply(workflow)
+        except ActionError as error:
+            self.node_actions.append(
+                NodeAction(action, args["ns"], args["name"], selector, error.message, (), ())
+            )
+            raise
+        saved = self._save(workflow)
+        after = _node_states(saved)
+        completed = tuple(
+            nid
+            for nid, (phase, _) in after.items()
+            if before.get(nid, ("", False))[0] == "Running" and phase != "Running"
         )
-        return _json(self._save(workflow))
+        outputs_set = tuple(
+            nid
+            for nid, (_, unset) in after.items()
+            if before.get(nid, ("", False))[1] and not unset
+        )
+        self.node_actions.append(
+            NodeAction(action, args["ns"], args["name"], selector, None, completed, outputs_set)
+        )
+        if self.interceptor is not None:
+            await self.interceptor("after", action, args["ns"], args["name"], selector)
+        return _json(copy.deepcopy(saved))
 
     async def suspend(self, request: web.Request, args: dict[str, str]) -> web.StreamResponse:
         workflow = self._get(args)

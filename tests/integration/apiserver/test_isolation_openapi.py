@@ -73,6 +73,59 @@ EXPECTED |= {
     ("PUT", "/api/v1/data-secrets/{secret}"): ("/api/v1/data-secrets/warehouse", 403),
     ("DELETE", "/api/v1/data-secrets/{secret}"): ("/api/v1/data-secrets/warehouse", 403),
 }
+# Models and tracking: globex holds every models and tracking permission, and reaches nothing
+# of acme's (the tracking routes would answer 503 if they asked MLflow, which is not wired in).
+ACME_MODEL = "/api/v1/models/acmemodel"
+ACME_TRACKING = f"/api/v1/ml-tracking/{ACME_PIPELINE}ml/runs"
+EXPECTED |= {
+    ("GET", "/api/v1/models"): ("/api/v1/models", 200),
+    ("GET", "/api/v1/models/{model}"): (ACME_MODEL, 404),
+    ("GET", "/api/v1/models/{model}/versions/{v}/files/{file}"): (
+        f"{ACME_MODEL}/versions/1/files/lineage.json",
+        404,
+    ),
+    ("POST", "/api/v1/models/{model}/versions/{v}/archive"): (
+        f"{ACME_MODEL}/versions/1/archive",
+        404,
+    ),
+    ("POST", "/api/v1/models/{model}/approvals/{run}/approve"): (
+        f"{ACME_MODEL}/approvals/acme-run/approve",
+        404,
+    ),
+    ("POST", "/api/v1/models/{model}/approvals/{run}/reject"): (
+        f"{ACME_MODEL}/approvals/acme-run/reject",
+        404,
+    ),
+    ("GET", "/api/v1/ml-tracking/{pipeline}/runs"): (ACME_TRACKING, 404),
+    ("GET", "/api/v1/ml-tracking/{pipeline}/runs/{run}/metrics/{key}"): (
+        f"{ACME_TRACKING}/acme-run/metrics/loss",
+        404,
+    ),
+}
+
+
+async def _acme_models(api: Api) -> None:
+    """A model of acme's named like its run, a version, a pending approval, an experiment."""
+    await api.pool.execute(
+        "INSERT INTO models (id, tenant, name) VALUES ('acmemodel', 'acme', 'acme-run')"
+    )
+    await api.pool.execute(
+        "INSERT INTO model_versions (model_id, number, cluster_id, run_namespace, run_name, "
+        "run_uid, pipeline_id, pipeline_version, prefix, model_file, scorecard, lineage, state) "
+        "VALUES ('acmemodel', 1, 'c1', 'kubeopera-data-acme', 'acme-run', 'uid-acme-run', $1, "
+        "1, 'tenants/acme/models/acme-run/1/', 'model.tgz', '{}', '{}', 'passed')",
+        f"{ACME_PIPELINE}ml",
+    )
+    await api.pool.execute(
+        "INSERT INTO approvals (run_uid, model_id, version, cluster_id, run_namespace, run_name, "
+        "expires_at) VALUES ('uid-acme-run', 'acmemodel', 1, 'c1', 'kubeopera-data-acme', "
+        "'acme-run', now() + interval '1 day')"
+    )
+    await api.pool.execute(
+        "INSERT INTO ml_experiments (pipeline_id, tenant, experiment_id, name) "
+        "VALUES ($1, 'acme', '1', 'acme/' || $1)",
+        f"{ACME_PIPELINE}ml",
+    )
 
 
 async def _acme_pipelines(api: Api) -> None:
@@ -118,9 +171,14 @@ async def test_tenant_a_never_reaches_tenant_b(api: Api) -> None:
     }
     await api.write(record("acme-run", graph=graph, template="etl"))
     await _acme_pipelines(api)
+    await _acme_models(api)
     routes = {(spec.method, spec.path) for spec in route_specs()}
     assert routes == set(EXPECTED), "a route without an isolation expectation"
-    globex = headers("globex", permissions="workflows.read,workflows.act,pipelines.read")
+    globex = headers(
+        "globex",
+        permissions="workflows.read,workflows.act,pipelines.read,"
+        "models.read,models.approve,models.deploy,tracking.read",
+    )
     for (method, _), (path, status) in EXPECTED.items():
         if path.endswith("/stream"):
             async with api.client.get(path, headers=globex) as response:
@@ -145,6 +203,9 @@ async def test_tenant_a_never_reaches_tenant_b(api: Api) -> None:
             other = await api.client.request(method, missing, headers=globex, json={})
             assert other.status == 404
             assert (await other.text()).replace("no-such-run", "acme-run") == body
+    # And nothing of acme's was decided or archived on the way.
+    assert await api.pool.fetchval("SELECT state FROM approvals") == "pending"
+    assert await api.pool.fetchval("SELECT state FROM model_versions") == "passed"
 
 
 async def test_openapi_matches_the_routes(api: Api) -> None:

@@ -4,8 +4,8 @@ headers and schema; undocumented methods are 405 with ``Allow``.
 
 The live stream is left out of the runs: an SSE answer never ends, and schemathesis reads an
 answer whole (tests/integration/apiserver/test_stream*.py cover it). Follow logs stay in: no
-cluster is reachable here, so they answer at once. No cluster, object storage or compiler is
-wired in, so the routes that need one may answer their documented 503."""
+cluster is reachable here, so they answer at once. No cluster, object storage, compiler or
+tracking server is wired in, so the routes that need one may answer their documented 503."""
 
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ NEED_A_DEPENDENCY = "|".join(
         "(POST|PUT|DELETE) /api/v1/(data|ml)-pipelines",
         "GET /api/v1/(data|ml)-pipelines/.*/webhook$",
         "(GET|PUT|DELETE) /api/v1/data-secrets",
+        "GET /api/v1/ml-tracking/",
+        "GET /api/v1/models/.*/files/",
     )
 )
 CONFIG = f"""
@@ -111,6 +113,41 @@ async def _seed(db: asyncpg.Pool, examples: dict[str, str]) -> None:
         "INSERT INTO pipeline_versions (pipeline_id, version, definition, template_name, "
         "template, parameters, created_by) VALUES ($1, 1, '{}', 'p-etl-v1', '{}', '[]', 'a')",
         examples["id"],
+    )
+    # An ML pipeline with an experiment: its tracking routes reach MLflow (not configured: 503).
+    await db.execute(
+        "INSERT INTO pipelines (id, tenant, kind, name, definition_type, current_version, "
+        "latest_version, created_by) VALUES ($1, 'acme', 'ml', 'train', 'yaml', 1, 1, 'a')",
+        examples["pipeline"],
+    )
+    await db.execute(
+        "INSERT INTO ml_experiments (pipeline_id, tenant, experiment_id, name) "
+        "VALUES ($1, 'acme', '1', 'acme/' || $1)",
+        examples["pipeline"],
+    )
+    # A model with a registered version and a release of it waiting for approval.
+    await db.execute(
+        "INSERT INTO models (id, tenant, name) VALUES ($1, 'acme', 'churn')", examples["model"]
+    )
+    await db.execute(
+        "INSERT INTO model_versions (model_id, number, cluster_id, run_namespace, run_name, "
+        "run_uid, pipeline_id, pipeline_version, prefix, model_file, scorecard, lineage, state) "
+        "VALUES ($1, 1, $2, $3, $4, $5, $6, 1, 'tenants/acme/models/churn/1/', 'model.tgz', "
+        "'{}', '{}', 'passed')",
+        examples["model"],
+        cluster,
+        namespace,
+        examples["run"],
+        examples["run"],
+        examples["pipeline"],
+    )
+    await db.execute(
+        "INSERT INTO approvals (run_uid, model_id, version, cluster_id, run_namespace, run_name, "
+        "expires_at) VALUES ($1, $2, 1, $3, $4, $1, now() + interval '1 day')",
+        examples["run"],
+        examples["model"],
+        cluster,
+        namespace,
     )
 
 

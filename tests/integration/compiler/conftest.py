@@ -4,6 +4,6 @@ stack (git_stack.py)."""
 
 from tests.integration.compiler.git_stack import git_server, git_stack
 from tests.integration.compiler.moto_iam import moto, observed, tenant, users
-from tests.integration.compiler.pipeline_stack import stack
+from tests.integration.compiler.pipeline_stack import ml_stack, stack
 
-__all__ = ["git_server", "git_stack", "moto", "observed", "stack", "tenant", "users"]
+__all__ = ["git_server", "git_stack", "ml_stack", "moto", "observed", "stack", "tenant", "users"]

@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from kubernetes_asyncio.client import ApiClient
 
 from apiserver.app import create_app as create_api
+from apiserver.artifacts.s3_store import S3ObjectStore
 from apiserver.clusters.connections import ConnectionCache
 from apiserver.pipelines.compiler_client import CompilerClient
 from apiserver.runs.pg_runs import RunReader
@@ -23,6 +24,7 @@ from apiserver.stream.hub import StreamHub
 from apiserver.stream.pg_changes import PgChangeSource
 from compiler.runner import Parts, assemble
 from shared.k8s import client_from_kubeconfig
+from shared.mlflow import MlflowClient
 from sim.argo.controller import ArgoSimulator
 from sim.world import World, start_world
 
@@ -154,15 +156,21 @@ class Stack:
 
 
 async def make_stack(
-    db: asyncpg.Pool, database_url: str, settings_factory: Any, **overrides: Any
+    db: asyncpg.Pool,
+    database_url: str,
+    settings_factory: Any,
+    *,
+    world_options: dict[str, Any] | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[Stack]:
-    world = await start_world(1, tick=0.01, autostart=False, pod_gc_delay=0)
+    """The stack; ``world_options`` go to ``start_world`` (object storage for artifacts),
+    ``overrides`` to the settings."""
+    options: dict[str, Any] = {"tick": 0.01, "autostart": False, "pod_gc_delay": 0}
+    world = await start_world(1, **{**options, **(world_options or {})})
     kube = await client_from_kubeconfig(world.host.kubeconfig)
     # ARGO_DATA_SERVER_URL and ARGO_DATA_INSTANCE_ID by default: the sim host's data controller.
     settings = settings_factory(
-        INTERNAL_API_KEY=INTERNAL_KEY,
-        ARTIFACT_BUCKET="artifacts",
-        **overrides,
+        **{"INTERNAL_API_KEY": INTERNAL_KEY, "ARTIFACT_BUCKET": "artifacts", **overrides}
     )
     parts = assemble(settings, pool=db, host_api=kube, storage=None)
     compiler_client: TestClient[Any, Any] = TestClient(TestServer(parts.app))
@@ -172,12 +180,18 @@ async def make_stack(
         pool=db,
         runs=RunReader(db),
         connections=ConnectionCache(registry=None, host_factory=None),
-        objects=None,
-        artifact_bucket=None,
+        # Object storage only where a test gives it one (the release stack's moto).
+        objects=(
+            S3ObjectStore(region=settings.AWS_REGION, endpoint_url=settings.S3_ENDPOINT_URL)
+            if settings.S3_ENDPOINT_URL
+            else None
+        ),
+        artifact_bucket=settings.ARTIFACT_BUCKET if settings.S3_ENDPOINT_URL else None,
         argo_data_server_url=settings.ARGO_DATA_SERVER_URL,
         compiler=CompilerClient(
             session, base_url=str(compiler_client.make_url("")), internal_key=INTERNAL_KEY
         ),
+        mlflow=MlflowClient.from_settings(session, settings),
     )
     hub = StreamHub(PgChangeSource(db, dsn=database_url))
     api: TestClient[Any, Any] = TestClient(TestServer(create_api(services, hub, api_key=API_KEY)))
@@ -195,6 +209,23 @@ async def make_stack(
 @pytest.fixture
 async def stack(db: asyncpg.Pool, database_url: str, settings_factory: Any) -> AsyncIterator[Stack]:
     async for value in make_stack(db, database_url, settings_factory):
+        yield value
+
+
+@pytest.fixture
+async def ml_stack(
+    db: asyncpg.Pool, database_url: str, settings_factory: Any, mlflow_server: Any
+) -> AsyncIterator[Stack]:
+    """``stack`` with experiment tracking: the compiler and the apiserver are MLflow's
+    administrator on the session's real MLflow server (``mlflow_server``)."""
+    async for value in make_stack(
+        db,
+        database_url,
+        settings_factory,
+        MLFLOW_URL=mlflow_server.url,
+        MLFLOW_ADMIN_USERNAME=mlflow_server.admin_username,
+        MLFLOW_ADMIN_PASSWORD=mlflow_server.admin_password,
+    ):
         yield value
 
 

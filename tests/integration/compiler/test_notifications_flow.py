@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 
 from shared.config import Settings
+from shared.k8s_informer import InformerOptions
 from shared.tasks import Supervisor, run_service
 from sim.receivers import Receivers
 from tests.integration.compiler.notify_helpers import ROUTING_KEY, UI
@@ -28,7 +29,6 @@ from tests.integration.compiler.pipeline_stack import (
 )
 from tests.integration.watcher.harness import ensure_namespace, eventually
 from watcher import runner as watcher_runner
-from watcher.k8s_informer import InformerOptions
 
 HOOK = "T0001/B0001/s3cr3tT0ken"
 CHANNELS = [

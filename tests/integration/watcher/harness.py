@@ -13,12 +13,12 @@ import asyncpg
 import pytest
 
 from shared.config import Settings
+from shared.k8s_informer import InformerOptions
 from shared.tasks import ServiceResult, Supervisor, run_service
 from sim.kube.store import ClusterStore
 from sim.kube.types import ResourceType
 from sim.world import World, start_world
 from watcher import runner
-from watcher.k8s_informer import InformerOptions
 
 Obj = dict[str, Any]
 

@@ -10,11 +10,11 @@ from urllib.parse import urlsplit
 import aiohttp
 import asyncpg
 
+from shared.k8s_informer import InformerOptions
 from sim.kube.server import start_cluster
 from sim.world import World
 from tests.integration.faults import CuttableProxy
 from tests.integration.watcher.harness import RunningWatcher, dag_workflow, eventually, submit
-from watcher.k8s_informer import InformerOptions
 
 StartWatcher = Callable[..., Awaitable[RunningWatcher]]
 

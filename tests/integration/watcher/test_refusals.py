@@ -24,6 +24,7 @@ import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
+from shared.k8s_informer import ChangeQueue
 from shared.runs import ClusterRef
 from shared.tasks import Backoff, Supervisor
 from sim.world import World
@@ -38,7 +39,6 @@ from tests.integration.watcher.harness import (
     submit,
     workflows,
 )
-from watcher.k8s_informer import ChangeQueue
 from watcher.pg_store import RunStore
 from watcher.writing import RunWriter
 

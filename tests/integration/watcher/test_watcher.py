@@ -323,14 +323,14 @@ async def test_relist_after_410_loses_nothing_and_invents_nothing(
 ) -> None:
     from kubernetes_asyncio.config import new_client_from_config_dict
 
-    from shared.runs import ClusterRef
-    from watcher.k8s_informer import (
+    from shared.k8s_informer import (
         ChangeQueue,
         Deleted,
         InformerOptions,
         Seen,
         WorkflowInformer,
     )
+    from shared.runs import ClusterRef
 
     host = world.host
     for index in range(7):

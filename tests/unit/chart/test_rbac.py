@@ -20,6 +20,7 @@ from compiler.tenants.provisioning import (
     obsolete_objects,
     tenant_objects,
 )
+from compiler.tracking.accounts import SECRET_NAME as TRACKING_SECRET
 from shared.config import Settings
 from tests.unit.chart._rbac import RBAC_GROUP, Account, Rbac, Request, binding
 from tests.unit.chart._render import COMPILER, RELEASE, compiler_env, rendered
@@ -111,10 +112,11 @@ def test_the_compiler_reads_no_secret_and_creates_no_pod_anywhere_by_itself() ->
 
 
 def test_in_a_tenant_namespace_it_manages_the_secrets_and_the_data_secrets() -> None:
-    """Its two Secrets, and the tenant's data secrets, named by the tenant: written, read,
-    listed (by label) and deleted. Never watched, never patched."""
+    """Its Secrets (the storage credentials, the executor's token, the tenant's MLflow account),
+    and the tenant's data secrets, named by the tenant: written, read, listed (by label) and
+    deleted. Never watched, never patched."""
     world = provisioned()
-    for name in (ARTIFACT_CREDENTIALS_SECRET, EXECUTOR_TOKEN_SECRET, "warehouse"):
+    for name in (ARTIFACT_CREDENTIALS_SECRET, EXECUTOR_TOKEN_SECRET, TRACKING_SECRET, "warehouse"):
         for verb in ("get", "update", "delete"):
             assert world.allows(COMPILER, Request(verb, "", "secrets", DATA, name))
     for verb in ("list", "create"):

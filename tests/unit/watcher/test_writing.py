@@ -19,9 +19,9 @@ from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 import watcher.writing
+from shared.k8s_informer import ChangeQueue, Deleted
 from shared.runs import ClusterRef, RunRecord
 from shared.tasks import Backoff, Supervisor
-from watcher.k8s_informer import ChangeQueue, Deleted
 from watcher.pg_store import Tombstone
 from watcher.writing import RunWriter
 

@@ -1,9 +1,12 @@
-"""One informer per cluster over Argo ``Workflow`` resources in every namespace.
+"""An informer over Argo ``Workflow`` resources of one cluster, in every namespace (optionally
+only those a label selector picks): the watcher runs one per cluster, the stage controller one
+over the data controller's workflows on the host.
 
 List (paginated), then watch from the list's resourceVersion with bookmarks; re-watch from the
 last seen resourceVersion when a watch times out or its connection drops; relist when the API
 answers 410 Gone, detecting the deletions missed meanwhile by diffing against what we knew.
-Events go to a coalescing queue keyed by workflow; the writer does the rest. The informer keeps
+Events go to a coalescing queue keyed by workflow; its consumer (the watcher's writer, the stage
+controller's workers) does the rest. The informer keeps
 no copy of the objects, only ``(namespace, name) -> (uid, resourceVersion)``, so a cluster with
 thousands of runs costs kilobytes, not gigabytes.
 """
@@ -20,12 +23,12 @@ import aiohttp
 import orjson
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import Counter
 
 from shared.errors import WorkflowManagerError
 from shared.logging import get_logger
+from shared.queueing import CoalescingQueue
 from shared.runs import ClusterRef
-from watcher import metrics
-from watcher.queueing import CoalescingQueue
 
 GROUP, VERSION, PLURAL = "argoproj.io", "v1alpha1", "workflows"
 log = get_logger(__name__)
@@ -55,6 +58,16 @@ class Expired(Exception):
     """The watch's resourceVersion fell out of the API's window: relist."""
 
 
+@dataclass(frozen=True)
+class InformerMetrics:
+    """The counters an informer reports to, each deployable's own: ``events`` labelled
+    ``cluster`` and ``type``, the other two ``cluster``."""
+
+    events: Counter
+    watch_restarts: Counter
+    relists: Counter
+
+
 @dataclass
 class InformerOptions:
     page_size: int = 100
@@ -68,6 +81,8 @@ class InformerOptions:
     # An owned cluster whose informer has failed to list or watch for this long makes the
     # watcher not ready (a restarting watch, the API server briefly away, is not a failure yet).
     unready_after: float = 60.0
+    # Only the workflows this label selector picks (None: every one).
+    label_selector: str | None = None
 
 
 @dataclass
@@ -97,6 +112,7 @@ class WorkflowInformer:
         options: InformerOptions | None = None,
         wall_clock: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
+        metrics: InformerMetrics | None = None,
     ) -> None:
         self.cluster = cluster
         self.api_client = api_client
@@ -106,12 +122,16 @@ class WorkflowInformer:
         self._wall_clock = wall_clock
         self._clock = clock
         self.state = InformerState(known=dict(known or {}))
-        self._labels = {"cluster": cluster.id}
+        self._metrics = metrics
         # Labelled children resolved once: .labels() per event costs more than the event.
         self._event_counters = {
-            kind: metrics.EVENTS.labels(cluster=cluster.id, type=kind)
+            kind: metrics.events.labels(cluster=cluster.id, type=kind)
             for kind in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
+            if metrics is not None
         }
+        self._selector: dict[str, Any] = (
+            {"label_selector": self._options.label_selector} if self._options.label_selector else {}
+        )
 
     async def run(self) -> None:
         """List and watch until cancelled; transient failures back off and retry."""
@@ -144,7 +164,8 @@ class WorkflowInformer:
                 )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._options.backoff_max)
-            metrics.WATCH_RESTARTS.labels(**self._labels).inc()
+            if self._metrics is not None:
+                self._metrics.watch_restarts.labels(cluster=self.cluster.id).inc()
 
     async def _relist(self) -> None:
         """List every Workflow page by page; queue changes; tombstone what disappeared."""
@@ -156,12 +177,13 @@ class WorkflowInformer:
             await self._list_all()
 
     async def _list_all(self) -> None:
-        metrics.RELISTS.labels(**self._labels).inc()
+        if self._metrics is not None:
+            self._metrics.relists.labels(cluster=self.cluster.id).inc()
         present: set[tuple[str, str]] = set()
         token: str | None = None
         list_rv: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"limit": self._options.page_size}
+            kwargs: dict[str, Any] = {"limit": self._options.page_size, **self._selector}
             if token:
                 kwargs["_continue"] = token
             page = await self._api.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
@@ -195,6 +217,7 @@ class WorkflowInformer:
             timeout_seconds=self._options.watch_timeout,
             _preload_content=False,
             _request_timeout=self._options.watch_timeout + 30,
+            **self._selector,
         )
         self.state.failing_since = None  # the API server answered: watching again
         try:

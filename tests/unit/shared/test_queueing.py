@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from watcher.queueing import CoalescingQueue
+from shared.queueing import CoalescingQueue
 
 
 def test_latest_value_wins_and_first_seen_is_kept() -> None:

@@ -1,0 +1,1 @@
+"""Experiment tracking: each tenant's MLflow account and each ML pipeline's experiment."""

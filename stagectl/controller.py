@@ -1,0 +1,118 @@
+"""The stage controller's loop: the data controller's workflows in, their waiting stages out to
+``StageWork``, several workflows at once and never one workflow twice at a time.
+
+The informer (``shared.k8s_informer``, selecting the data controller's instance ID) puts each
+workflow's latest state in a coalescing queue. The dispatcher takes workflows from it and runs
+each on a worker (at most ``concurrency`` at once); a workflow that changes while a worker has
+it waits in ``deferred`` and goes back to the queue when the worker is done, so the stages of
+one run are done in order and a stage is never attempted twice concurrently by this process.
+
+A stage that fails for a reason outside the run (PostgreSQL, object storage or the Argo server
+away, a bug) is tried again after a backoff by putting the workflow back, unless a newer state
+of it arrived meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from shared.errors import WorkflowManagerError
+from shared.k8s_informer import ChangeQueue, Deleted, WorkflowKey
+from shared.logging import get_logger
+from shared.queueing import Pending
+from stagectl import metrics
+from stagectl.stages import StageWork
+from stagectl.workflow import waiting_stages
+
+log = get_logger(__name__)
+
+
+class Dispatcher:
+    """Drains the queue onto at most ``concurrency`` workers (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        queue: ChangeQueue,
+        work: StageWork,
+        concurrency: int,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._queue = queue
+        self._work = work
+        self._slots = asyncio.Semaphore(concurrency)
+        self._busy: set[WorkflowKey] = set()
+        self._deferred: dict[WorkflowKey, Pending[Any]] = {}
+        self._failures: dict[WorkflowKey, int] = {}
+        self._backoff = (backoff_initial, backoff_max)
+        self._clock = clock
+
+    async def run(self) -> None:
+        """Until cancelled (a TaskGroup owns the workers and the retry timers)."""
+        async with asyncio.TaskGroup() as group:
+            while True:
+                await self._queue.wait()
+                await self._slots.acquire()
+                batch = self._queue.take(1)
+                metrics.WAITING.set(len(self._queue))
+                if not batch:
+                    self._slots.release()
+                    continue
+                key, pending = batch[0]
+                if key in self._busy:
+                    self._deferred[key] = pending  # newer than any deferred before it
+                    self._slots.release()
+                    continue
+                self._busy.add(key)
+                group.create_task(self._one(group, key, pending))
+
+    async def _one(self, group: asyncio.TaskGroup, key: WorkflowKey, pending: Pending[Any]) -> None:
+        try:
+            retry = not await self._attempt(key, pending)
+        finally:
+            self._busy.discard(key)
+            self._slots.release()
+        newer = self._deferred.pop(key, None)
+        if newer is not None:
+            self._queue.requeue([(key, newer)])
+        elif retry:
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            delay = min(self._backoff[1], self._backoff[0] * 2 ** (failures - 1))
+            group.create_task(self._later(delay, key, pending))
+
+    async def _later(self, delay: float, key: WorkflowKey, pending: Pending[Any]) -> None:
+        await asyncio.sleep(delay)
+        self._queue.requeue([(key, pending)])  # unless a newer state arrived meanwhile
+
+    async def _attempt(self, key: WorkflowKey, pending: Pending[Any]) -> bool:
+        """Every waiting stage of the workflow; False when one must be tried again."""
+        value = pending.value
+        if isinstance(value, Deleted) or not isinstance(value, Mapping):
+            self._failures.pop(key, None)
+            return True
+        for waiting in waiting_stages(value):
+            try:
+                await self._work.handle(value, waiting, seen_at=pending.first_seen)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                error = exc.code if isinstance(exc, WorkflowManagerError) else type(exc).__name__
+                metrics.ERRORS.labels(stage=waiting.stage, error=error).inc()
+                log.warning(
+                    "stage_attempt_failed",
+                    namespace=key[1],
+                    workflow=key[2],
+                    stage=waiting.stage,
+                    error=error,
+                    reason=getattr(exc, "message", str(exc))[:500],
+                    exc_info=not isinstance(exc, WorkflowManagerError),
+                )
+                return False
+        self._failures.pop(key, None)
+        return True

@@ -1,0 +1,164 @@
+"""The model registry's files in object storage (ARTIFACT_BUCKET), through boto3.
+
+boto3 blocks, so every call runs in a worker thread (``asyncio.to_thread``). Copies are
+server-side (``copy``: a single CopyObject, or a multipart copy above 8 MB), so a model of any
+size never passes through this process. Every write here is idempotent: a copy or a put of the
+same source to the same key gives the same object, which is what lets a register stage that
+crashed half-way simply run again.
+
+Errors: a missing object is ``NotFound``; anything else storage answers, or not being able to
+reach it, is ``DependencyDown`` (the stage is tried again later); refusals of our own rights are
+``ConfigError`` (an operator must fix the policy, docs/iam.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import boto3  # type: ignore[import-untyped]
+import botocore.exceptions  # type: ignore[import-untyped]
+from botocore.config import Config  # type: ignore[import-untyped]
+
+from shared.errors import ConfigError, DependencyDown, NotFound
+
+_MISSING = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
+_DENIED = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
+# Seconds spent waiting for object storage by the stage running in this context.
+_WAITED: ContextVar[list[float] | None] = ContextVar("storage_waited", default=None)
+
+
+@contextmanager
+def storage_time() -> Iterator[list[float]]:
+    """Add up, in the list it yields (one element), the time calls made in this context wait
+    for object storage: a stage's time less its copies is the controller's own."""
+    waited = [0.0]
+    token = _WAITED.set(waited)
+    try:
+        yield waited
+    finally:
+        _WAITED.reset(token)
+
+
+@contextmanager
+def _translated(key: str) -> Iterator[None]:
+    try:
+        yield
+    except botocore.exceptions.ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code in _MISSING:
+            raise NotFound("the object is not in object storage", details={"key": key}) from exc
+        if code in _DENIED:
+            raise ConfigError(
+                "object storage refused workflow-manager's own credentials",
+                details={"code": code, "key": key},
+            ) from exc
+        raise DependencyDown(
+            "object storage refused the request",
+            details={"dependency": "object_storage", "code": code},
+        ) from exc
+    except (botocore.exceptions.BotoCoreError, OSError) as exc:
+        raise DependencyDown(
+            "object storage is unreachable",
+            details={"dependency": "object_storage", "error": type(exc).__name__},
+        ) from exc
+
+
+class RegistryObjects:
+    """Reads from tenants' artifact prefixes and writes into the registry's, in one bucket."""
+
+    def __init__(
+        self,
+        *,
+        bucket: str,
+        region: str,
+        endpoint_url: str | None = None,
+        client: Any | None = None,
+    ) -> None:
+        self.bucket = bucket
+        self._client = client or boto3.client(
+            "s3",
+            region_name=region,
+            endpoint_url=endpoint_url,
+            config=Config(
+                connect_timeout=5,
+                read_timeout=60,
+                retries={"max_attempts": 3, "mode": "standard"},
+                max_pool_connections=32,
+            ),
+        )
+
+    async def _call(self, key: str, function: Any, /, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            with _translated(key):
+                return await asyncio.to_thread(function, **kwargs)
+        finally:
+            waited = _WAITED.get()
+            if waited is not None:
+                waited[0] += time.perf_counter() - started
+
+    async def size(self, key: str) -> int:
+        """The object's size in bytes; NotFound when it is not there."""
+        answer = await self._call(key, self._client.head_object, Bucket=self.bucket, Key=key)
+        return int(answer.get("ContentLength") or 0)
+
+    async def read(self, key: str, *, limit: int) -> bytes:
+        """At most ``limit + 1`` bytes of the object (the caller refuses anything longer)."""
+        answer = await self._call(
+            key, self._client.get_object, Bucket=self.bucket, Key=key, Range=f"bytes=0-{limit}"
+        )
+        body = answer["Body"]
+        try:
+            data: bytes = await self._call(key, body.read)
+        finally:
+            body.close()
+        return data
+
+    async def copy(self, source: str, destination: str) -> None:
+        """Copy ``source`` to ``destination`` inside the bucket, server-side."""
+        await self._call(
+            source,
+            self._client.copy,
+            CopySource={"Bucket": self.bucket, "Key": source},
+            Bucket=self.bucket,
+            Key=destination,
+        )
+
+    async def put_json(self, key: str, doc: Any) -> None:
+        body = json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n"
+        await self._call(
+            key,
+            self._client.put_object,
+            Bucket=self.bucket,
+            Key=key,
+            Body=body,
+            ContentType="application/json",
+        )
+
+    async def delete_prefix(self, prefix: str) -> int:
+        """Delete every object under ``prefix``; how many there were."""
+        deleted = 0
+        token: str | None = None
+        while True:
+            page_args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+            if token:
+                page_args["ContinuationToken"] = token
+            page = await self._call(prefix, self._client.list_objects_v2, **page_args)
+            keys = [{"Key": item["Key"]} for item in page.get("Contents") or []]
+            if keys:
+                await self._call(
+                    prefix,
+                    self._client.delete_objects,
+                    Bucket=self.bucket,
+                    Delete={"Objects": keys, "Quiet": True},
+                )
+                deleted += len(keys)
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return deleted

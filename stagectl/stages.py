@@ -1,0 +1,363 @@
+"""The work of each control stage, and the one way a stage's node is completed.
+
+``StageWork.handle`` takes a waiting stage node of a workflow:
+
+1. admission (``stagectl.admission``): the pipeline version in our database must contain the
+   stage, for that run's pipeline, version, namespace and template; otherwise the attempt is
+   logged and audited once and nothing else happens;
+2. the recorded outcome (``stage_outcomes``) when there is one: a stage is done at most once
+   per run, whatever happens to the process;
+3. otherwise the stage's work, ending with its commit point (``stagectl.recording``);
+4. the node completed with the recorded outcome (``stagectl.argo_nodes``), then the outcome
+   marked completed.
+
+A crash between any two of these leaves a state the next attempt continues from (see
+docs/operations.md, "stagectl"). Approvals also arrive from the other side: a decision
+(``finish_approval``) records the stage's outcome and completes its node without waiting for
+the workflow to change.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import asyncpg
+
+from shared import stages as S
+from shared.argo import ArgoServer
+from shared.db.pipelines import PipelineReader, PipelineRow, VersionRow
+from shared.db.registry import (
+    ApprovalRow,
+    RegistryStore,
+    RunRef,
+    StageOutcome,
+    VersionState,
+)
+from shared.logging import get_logger
+from stagectl import admission, metrics
+from stagectl.argo_nodes import complete
+from stagectl.gate import evaluate
+from stagectl.outcomes import (
+    RUN_ENDED_REASON,
+    Outcome,
+    approval_outcome,
+    release_ending,
+)
+from stagectl.recording import commit
+from stagectl.register import Release, register
+from stagectl.s3_registry import RegistryObjects, storage_time
+from stagectl.workflow import RunFacts, WaitingStage, read_run, root_phase
+
+log = get_logger(__name__)
+
+ACTOR: Final = "stagectl"
+_CACHED: Final = 1024  # pipeline versions kept in memory (immutable rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """A node this process completed, and the workflow's resourceVersion right after."""
+
+    resource_version: int
+
+
+class StageWork:
+    """Does the stages' work for the workflows the controller hands it."""
+
+    def __init__(
+        self,
+        *,
+        pool: asyncpg.Pool,
+        argo: ArgoServer,
+        objects: RegistryObjects,
+        approval_timeout: float,
+    ) -> None:
+        self._pool = pool
+        self._argo = argo
+        self._objects = objects
+        self._approval_timeout = approval_timeout
+        self._pipelines = PipelineReader(pool)
+        self._versions: OrderedDict[tuple[str, int], tuple[PipelineRow, VersionRow]] = OrderedDict()
+        self._refused: set[tuple[str, str]] = set()
+        # (run uid, stage) -> the resourceVersion our completion produced: an older copy of the
+        # workflow still shows the node waiting and needs nothing more.
+        self._completed: OrderedDict[tuple[str, str], int] = OrderedDict()
+
+    # --- one waiting node -------------------------------------------------------------------
+    async def handle(
+        self, workflow: Mapping[str, Any], waiting: WaitingStage, *, seen_at: float
+    ) -> None:
+        """Do ``waiting``'s stage (once per run) and complete its node. ``seen_at`` is when
+        the node was seen waiting (``time.monotonic``): a stage's time is measured from it."""
+        run = read_run(workflow)
+        if run is None:
+            return
+        done = self._completed.get((run.uid, waiting.stage))
+        if done is not None and run.resource_version < done:
+            return  # a copy from before our own completion
+        release = await self._admit(run, workflow, waiting)
+        if release is None:
+            return
+        with storage_time() as waited:
+            async with RegistryStore.transaction(self._pool) as store:
+                stored = await store.outcome(run.uid, waiting.stage)
+            outcome = Outcome.from_json(stored.outcome) if stored else None
+            if outcome is None:
+                outcome = await self._work(waiting.stage, release)
+            if outcome is None:
+                return  # waiting for a person
+            changed = await self._complete(release.ref, waiting.stage, outcome)
+        if changed:
+            self._measure(release.ref, waiting.stage, outcome, seen_at=seen_at, waited=waited[0])
+
+    async def _admit(
+        self, run: RunFacts, workflow: Mapping[str, Any], waiting: WaitingStage
+    ) -> Release | None:
+        pipeline, version = await self._version(run)
+        reason = admission.refusal(run, waiting, pipeline, version)
+        async with RegistryStore.transaction(self._pool) as store:
+            cluster = await store.host_cluster_id()
+            ref = RunRef(cluster, run.namespace, run.name, run.uid)
+            if reason is not None:
+                await self._refuse(store, ref, run, waiting, reason)
+                return None
+        assert pipeline is not None  # admitted
+        assert version is not None
+        return Release(
+            run=run,
+            ref=ref,
+            workflow=workflow,
+            tenant=pipeline.tenant,
+            pipeline_id=pipeline.id,
+            pipeline_version=version.version,
+            settings=dict(version.settings.get("release") or {}),
+            definition=version.definition,
+            version_settings=version.settings,
+        )
+
+    async def _version(self, run: RunFacts) -> tuple[PipelineRow | None, VersionRow | None]:
+        if run.pipeline_id is None or run.pipeline_version is None:
+            return None, None
+        key = (run.pipeline_id, run.pipeline_version)
+        cached = self._versions.get(key)
+        if cached is not None:
+            self._versions.move_to_end(key)
+            return cached
+        pipeline = await self._pipelines.find("ml", run.pipeline_id, tenant=None)
+        if pipeline is None:
+            return None, None
+        version = await self._pipelines.version(run.pipeline_id, run.pipeline_version)
+        if version is not None:
+            self._versions[key] = (pipeline, version)
+            if len(self._versions) > _CACHED:
+                self._versions.popitem(last=False)
+        return pipeline, version
+
+    async def _refuse(
+        self,
+        store: RegistryStore,
+        ref: RunRef,
+        run: RunFacts,
+        waiting: WaitingStage,
+        reason: str,
+    ) -> None:
+        """Log and audit a refused stage once (per process, and per run in the audit)."""
+        key = (run.uid, waiting.stage)
+        if key in self._refused:
+            return
+        self._refused.add(key)
+        if await store.refusal_audited(run.uid, waiting.stage):
+            return
+        metrics.REFUSED.labels(stage=waiting.stage).inc()
+        log.warning(
+            "stage_refused",
+            namespace=run.namespace,
+            workflow=run.name,
+            stage=waiting.stage,
+            node=waiting.node_name,
+            reason=reason,
+        )
+        await store.audit(
+            ref,
+            tenant=admission.tenant_of(run.namespace),
+            action="stage_refused",
+            outcome="refused",
+            detail={"stage": waiting.stage, "node": waiting.node_name, "reason": reason},
+        )
+
+    async def _work(self, stage: str, release: Release) -> Outcome | None:
+        if stage == S.REGISTER:
+            return await register(release, pool=self._pool, objects=self._objects)
+        if stage == S.GATE:
+            return await self._gate(release)
+        if stage == S.APPROVAL:
+            return await self._approval(release)
+        return await self._cleanup(release)
+
+    # --- gate -----------------------------------------------------------------------------
+    async def _gate(self, release: Release) -> Outcome:
+        async with RegistryStore.transaction(self._pool) as store:
+            version = await store.version_for_run(release.run.uid)
+            production = None
+            gate = release.settings.get("gate")
+            compare = isinstance(gate, Mapping) and gate.get("compare_to_production")
+            if version is not None and compare:
+                model = await store.model(version.model_id)
+                if model is not None and model.production_version not in (None, version.number):
+                    assert model.production_version is not None
+                    current = await store.version(model.id, model.production_version)
+                    production = current.scorecard if current else None
+        if version is None or version.scorecard is None:
+            message = "this run registered no version to judge"
+            return await self._commit(release, S.GATE, Outcome.failed(S.GATE, message))
+        verdict = evaluate(version.scorecard, gate, production)
+        summary = "; ".join(verdict.reasons)
+        message = f"version {version.number} {'passed' if verdict.passed else 'failed'}"
+        outcome = Outcome(
+            "Succeeded", verdict.outputs(), f"{message}: {summary}" if summary else message
+        )
+
+        async def record(store: RegistryStore) -> None:
+            await store.record_verdict(
+                version.model_id, version.number, passed=verdict.passed, reasons=verdict.reasons
+            )
+
+        return await self._commit(release, S.GATE, outcome, record)
+
+    # --- approval -------------------------------------------------------------------------
+    async def _approval(self, release: Release) -> Outcome | None:
+        async with RegistryStore.transaction(self._pool) as store:
+            version = await store.version_for_run(release.run.uid)
+            if version is None or version.state not in ("passed", "approved", "rejected"):
+                approval = None
+            else:
+                approval = await store.request_approval(version, expires_in=self._approval_timeout)
+        if approval is None:
+            message = "this run has no version that passed its gate to approve"
+            return await self._commit(release, S.APPROVAL, Outcome.failed(S.APPROVAL, message))
+        return await self._decided(release.ref, approval, tenant=release.tenant)
+
+    async def _decided(self, ref: RunRef, approval: ApprovalRow, *, tenant: str) -> Outcome | None:
+        """The approval stage's outcome for a decision, recorded with the version's state."""
+        outcome = approval_outcome(approval.state, approval.reason)
+        if outcome is None:
+            return None
+
+        state: VersionState = "approved" if approval.state == "approved" else "rejected"
+        if approval.state == "expired":
+            state = "expired"
+
+        async def record(store: RegistryStore) -> None:
+            await store.set_state(approval.model_id, approval.version, state, only_from=("passed",))
+
+        detail = {"decided_by": approval.decided_by, "state": approval.state}
+        return await commit(
+            self._pool, ref, S.APPROVAL, outcome, tenant=tenant, also=record, detail=detail
+        )
+
+    async def finish_approval(self, run_uid: str) -> None:
+        """Act on the run's approval decision: record the stage's outcome, complete its node."""
+        started = time.monotonic()
+        async with RegistryStore.transaction(self._pool) as store:
+            approval = await store.approval(run_uid)
+            stored = await store.outcome(run_uid, S.APPROVAL)
+            model = await store.model(approval.model_id) if approval else None
+        if approval is None or model is None or approval.state == "pending":
+            return
+        if stored is not None and stored.completed_at is not None:
+            return
+        ref = RunRef(approval.cluster_id, approval.run_namespace, approval.run_name, run_uid)
+        outcome = (
+            Outcome.from_json(stored.outcome)
+            if stored
+            else await self._decided(ref, approval, tenant=model.tenant)
+        )
+        if outcome is None:
+            return
+        if await self._complete(ref, S.APPROVAL, outcome):
+            self._measure(ref, S.APPROVAL, outcome, seen_at=started, waited=0.0)
+
+    async def finish_recorded(self, stored: StageOutcome) -> None:
+        """Complete the node of an outcome recorded earlier and never marked completed."""
+        await self._complete(stored.run, stored.stage, Outcome.from_json(stored.outcome))
+
+    # --- cleanup --------------------------------------------------------------------------
+    async def _cleanup(self, release: Release) -> Outcome:
+        """What a release that did not complete left behind is removed or marked; the version
+        records how its release ended."""
+        async with RegistryStore.transaction(self._pool) as store:
+            version = await store.version_for_run(release.run.uid)
+            expired = await store.expire_pending(
+                release.run.uid, actor=ACTOR, reason=RUN_ENDED_REASON
+            )
+        if expired is not None:
+            # Recorded now, so the decision's NOTIFY finds the approval stage done.
+            await self._decided(release.ref, expired, tenant=release.tenant)
+        removed = 0
+        if version is not None and version.state == "registering":
+            removed = await self._objects.delete_prefix(version.prefix)
+        ending = release_ending(
+            version_state=version.state if version else None,
+            root_phase=root_phase(release.workflow),
+            shutdown=release.run.shutdown,
+        )
+        message = f"release {ending}" + (
+            f"; {removed} partial registry files removed" if removed else ""
+        )
+
+        async def record(store: RegistryStore) -> None:
+            if version is None:
+                return
+            await store.set_state(
+                version.model_id, version.number, "abandoned", only_from=("registering",)
+            )
+            await store.set_release_outcome(version.model_id, version.number, ending)
+
+        outcome = Outcome("Succeeded", {S.OUTCOME: ending}, message)
+        return await self._commit(release, S.CLEANUP, outcome, record)
+
+    # --- shared ---------------------------------------------------------------------------
+    async def _commit(
+        self, release: Release, stage: str, outcome: Outcome, also: Any = None
+    ) -> Outcome:
+        return await commit(
+            self._pool, release.ref, stage, outcome, tenant=release.tenant, also=also
+        )
+
+    async def _complete(self, ref: RunRef, stage: str, outcome: Outcome) -> bool:
+        """Complete the node with the recorded outcome, then mark the outcome completed.
+        True when this attempt changed the node (False: an earlier one had)."""
+        version = await complete(self._argo, ref.namespace, ref.name, stage, outcome)
+        async with RegistryStore.transaction(self._pool) as store:
+            await store.mark_completed(ref.uid, stage)
+        key = (ref.uid, stage)
+        self._completed[key] = max(version, self._completed.get(key, 0))
+        if len(self._completed) > 10 * _CACHED:
+            self._completed.popitem(last=False)
+        return version > 0
+
+    def _measure(
+        self, ref: RunRef, stage: str, outcome: Outcome, *, seen_at: float, waited: float
+    ) -> None:
+        total = time.monotonic() - seen_at
+        own = max(0.0, total - waited)
+        metrics.STAGES.labels(stage=stage, phase=outcome.phase).inc()
+        metrics.STAGE_SECONDS.labels(stage=stage).observe(own)
+        if waited:
+            metrics.STORAGE_SECONDS.labels(stage=stage).observe(waited)
+        log.info(
+            "stage_completed",
+            namespace=ref.namespace,
+            workflow=ref.name,
+            stage=stage,
+            phase=outcome.phase,
+            outputs=json.dumps(outcome.outputs, sort_keys=True),
+            seconds=round(total, 6),
+            storage_seconds=round(waited, 6),
+            own_seconds=round(own, 6),
+        )

@@ -1,0 +1,230 @@
+"""What the stage controller reads of an Argo ``Workflow``: who it is, which pipeline version it
+claims to run, the control stages waiting on it, and the artifacts its steps produced.
+
+Purely computational, no side effects. The document comes from the host's API server and is
+read defensively: a field of the wrong type reads as absent, never as an exception. Its labels
+and annotations are the tenant's to set, so nothing here decides anything: ``admission`` judges
+the claims against the pipeline version in our own database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from shared import labels as L
+from shared import stages as S
+
+# Where the platform puts each stage's node (the release DAG's tasks, the exit handler).
+EXIT_NODE_SUFFIX: Final = ".onExit"
+FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed", "Error"})
+# Where a tenant's step may record the MLflow run it logged to (docs/operations.md, "stagectl").
+MLFLOW_RUN_PARAMETER: Final = "mlflow_run_id"
+MLFLOW_RUN_LABEL: Final = "kubeopera.io/mlflow-run-id"
+_TEMPLATE_STAGES: Final = {S.template_name(stage): stage for stage in S.STAGES}
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """An output artifact of a step, where Argo recorded it in object storage."""
+
+    name: str
+    key: str
+    bucket: str | None  # None: the workflow's artifact repository's
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingStage:
+    """A platform stage's suspend node that is waiting for the stage controller."""
+
+    stage: str
+    node_id: str
+    node_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """The parts of a workflow the stage controller reads (the tenant's claims included)."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: int
+    pipeline_id: str | None
+    pipeline_version: int | None
+    template_ref: str | None  # spec.workflowTemplateRef.name (namespaced only)
+    entrypoint: str | None  # spec.entrypoint, when the submitter overrode it
+    creator: str | None
+    phase: str | None
+    shutdown: str | None
+    repository_bucket: str | None  # status.artifactRepositoryRef's S3 bucket
+    parameters: dict[str, str] = field(default_factory=dict)
+    input_artifacts: list[dict[str, str]] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in FINISHED_PHASES
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
+        return int(value)
+    return None
+
+
+def _parameters(spec: Mapping[str, Any]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for param in _list(_mapping(spec.get("arguments")).get("parameters")):
+        param = _mapping(param)
+        name, value = _text(param.get("name")), param.get("value")
+        if name is not None and isinstance(value, str | int | float | bool):
+            found[name] = str(value)
+    return found
+
+
+def _input_artifacts(spec: Mapping[str, Any]) -> list[dict[str, str]]:
+    found = []
+    for artifact in _list(_mapping(spec.get("arguments")).get("artifacts")):
+        artifact = _mapping(artifact)
+        name = _text(artifact.get("name"))
+        if name is None:
+            continue
+        entry = {"name": name}
+        key = _text(_mapping(artifact.get("s3")).get("key"))
+        if key is not None:
+            entry["key"] = key
+        found.append(entry)
+    return found
+
+
+def read_run(workflow: Mapping[str, Any]) -> RunFacts | None:
+    """The facts of ``workflow``; None without an identity (namespace, name, uid)."""
+    metadata = _mapping(workflow.get("metadata"))
+    namespace, name, uid = (_text(metadata.get(key)) for key in ("namespace", "name", "uid"))
+    if namespace is None or name is None or uid is None:
+        return None
+    labels = {k: v for k, v in _mapping(metadata.get("labels")).items() if isinstance(v, str)}
+    annotations = _mapping(metadata.get("annotations"))
+    spec = _mapping(workflow.get("spec"))
+    status = _mapping(workflow.get("status"))
+    ref = _mapping(spec.get("workflowTemplateRef"))
+    stored = _mapping(status.get("storedWorkflowTemplateSpec"))
+    # What the run was given: the template's defaults under the submitter's overrides.
+    parameters = {**_parameters(stored), **_parameters(spec)}
+    repository = _mapping(_mapping(status.get("artifactRepositoryRef")).get("artifactRepository"))
+    return RunFacts(
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        resource_version=_int(metadata.get("resourceVersion")) or 0,
+        pipeline_id=_text(labels.get(L.PIPELINE_ID)),
+        pipeline_version=_int(labels.get(L.PIPELINE_VERSION)),
+        template_ref=None if ref.get("clusterScope") else _text(ref.get("name")),
+        entrypoint=_text(spec.get("entrypoint")),
+        creator=_text(annotations.get(L.ARGO_CREATOR)) or _text(labels.get(L.ARGO_CREATOR)),
+        phase=_text(status.get("phase")),
+        shutdown=_text(spec.get("shutdown")),
+        repository_bucket=_text(_mapping(repository.get("s3")).get("bucket")),
+        parameters=parameters,
+        input_artifacts=_input_artifacts(stored) + _input_artifacts(spec),
+        labels=labels,
+    )
+
+
+def _nodes(workflow: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(_mapping(workflow.get("status")).get("nodes"))
+
+
+def waiting_stages(workflow: Mapping[str, Any]) -> list[WaitingStage]:
+    """Suspend nodes of a platform stage's template that are waiting (phase Running), in node
+    name order. Whether the platform really put them there is for ``admission`` to judge."""
+    found = []
+    for node_id, node in _nodes(workflow).items():
+        node = _mapping(node)
+        stage = _TEMPLATE_STAGES.get(str(node.get("templateName")))
+        if stage is None or node.get("type") != "Suspend" or node.get("phase") != "Running":
+            continue
+        name = _text(node.get("name"))
+        if name is None or not isinstance(node_id, str):
+            continue
+        found.append(WaitingStage(stage=stage, node_id=node_id, node_name=name))
+    return sorted(found, key=lambda waiting: waiting.node_name)
+
+
+def stage_node_name(workflow_name: str, stage: str) -> str:
+    """The name Argo gives the node of ``stage`` in a compiled release: a task of the release
+    DAG (the workflow's root), or the exit handler."""
+    if stage == S.CLEANUP:
+        return f"{workflow_name}{EXIT_NODE_SUFFIX}"
+    return f"{workflow_name}.{S.template_name(stage)}"
+
+
+def step_node(workflow: Mapping[str, Any], step: str) -> Mapping[str, Any] | None:
+    """The node of the tenant's task or step named ``step`` (a retried step's node carries its
+    last attempt's outputs): the one that succeeded, else any."""
+    candidates = [
+        _mapping(node)
+        for node in _nodes(workflow).values()
+        if _mapping(node).get("displayName") == step
+        and _mapping(node).get("type") in ("Pod", "Retry")
+    ]
+    succeeded = [node for node in candidates if node.get("phase") == "Succeeded"]
+    chosen = succeeded or candidates
+    return min(chosen, key=lambda node: str(node.get("name"))) if chosen else None
+
+
+def output_artifact(node: Mapping[str, Any], artifact: str) -> Artifact | None:
+    for entry in _list(_mapping(node.get("outputs")).get("artifacts")):
+        entry = _mapping(entry)
+        if entry.get("name") != artifact:
+            continue
+        s3 = _mapping(entry.get("s3"))
+        key = _text(s3.get("key"))
+        if key is None:
+            return None
+        return Artifact(name=artifact, key=key, bucket=_text(s3.get("bucket")))
+    return None
+
+
+def output_parameter(node: Mapping[str, Any], name: str) -> str | None:
+    for entry in _list(_mapping(node.get("outputs")).get("parameters")):
+        entry = _mapping(entry)
+        if entry.get("name") == name and isinstance(entry.get("value"), str):
+            return str(entry["value"])
+    return None
+
+
+def root_phase(workflow: Mapping[str, Any]) -> str | None:
+    """The phase of the workflow's root node: how the run's own work ended, before its exit
+    handler (which the workflow's phase still waits for)."""
+    metadata = _mapping(workflow.get("metadata"))
+    name = metadata.get("name")
+    for node in _nodes(workflow).values():
+        node = _mapping(node)
+        if node.get("name") == name and node.get("id") == name:
+            return _text(node.get("phase"))
+    return None
+
+
+def node_phase(workflow: Mapping[str, Any], node_name: str) -> str | None:
+    for node in _nodes(workflow).values():
+        node = _mapping(node)
+        if node.get("name") == node_name:
+            return _text(node.get("phase"))
+    return None

@@ -1,0 +1,131 @@
+"""Holding calls in flight, so a test can kill the stage controller at an exact step:
+
+- ``StageHolds``: the sim Argo server's interceptor; holds every ``set`` or ``resume`` of one
+  stage, before Argo applies it or after (applied, not answered yet);
+- ``HoldingS3``: an HTTP proxy in front of moto that holds every request a predicate picks
+  (the register stage's copies into the registry) before forwarding it.
+
+A test arms one, waits until a call is held (an observable fact, never a sleep), kills the
+process, then releases what is held: a call held before it was applied is refused (its caller
+is gone, as if it had never been sent); one held after is answered to nobody.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import aiohttp
+from aiohttp import web
+
+from sim.argo.actions import INTERNAL, ActionError
+from sim.ports import free_port
+
+
+class _Gate:
+    def __init__(self) -> None:
+        self.held: list[asyncio.Future[bool]] = []
+        self.arrived = asyncio.Event()
+
+    async def hold(self) -> bool:
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.held.append(future)
+        self.arrived.set()
+        return await future
+
+    def release(self, *, proceed: bool) -> None:
+        for future in self.held:
+            if not future.done():
+                future.set_result(proceed)
+        self.held.clear()
+        self.arrived.clear()
+
+
+class StageHolds:
+    """Install as ``sim ArgoServer.interceptor``; ``arm(moment, action, stage)``."""
+
+    def __init__(self) -> None:
+        self.armed: tuple[str, str, str] | None = None
+        self.gate = _Gate()
+        self.held_runs: list[str] = []
+
+    def arm(self, moment: str, action: str, stage: str) -> None:
+        self.armed = (moment, action, f"templateName=wm-{stage}")
+
+    def disarm(self) -> None:
+        self.armed = None
+
+    async def __call__(
+        self, moment: str, action: str, namespace: str, name: str, selector: str
+    ) -> None:
+        if self.armed != (moment, action, selector):
+            return
+        self.held_runs.append(name)
+        if not await self.gate.hold() and moment == "before":
+            raise ActionError(INTERNAL, "the caller went away before this was applied")
+
+    async def wait_held(self) -> str:
+        await self.gate.arrived.wait()
+        return self.held_runs[-1]
+
+    def release(self) -> None:
+        moment = self.armed[0] if self.armed else "before"
+        self.gate.release(proceed=moment == "after")
+
+
+class HoldingS3:
+    """A reverse proxy to ``target`` (moto) that holds the requests ``hold`` picks."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target.rstrip("/")
+        self.hold: Callable[[web.Request], bool] | None = None
+        self.gate = _Gate()
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.url = ""
+
+    async def start(self) -> str:
+        app = web.Application(client_max_size=1024**3)
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        port = free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", port).start()
+        self._session = aiohttp.ClientSession(auto_decompress=False)
+        self.url = f"http://127.0.0.1:{port}"
+        return self.url
+
+    async def stop(self) -> None:
+        self.gate.release(proceed=False)
+        if self._session is not None:
+            await self._session.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        if self.hold is not None and self.hold(request) and not await self.gate.hold():
+            raise web.HTTPServiceUnavailable(text="the caller went away")
+        assert self._session is not None
+        skipped = {"host", "content-length", "transfer-encoding", "expect", "connection"}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in skipped}
+        async with self._session.request(
+            request.method, self.target + request.path_qs, headers=headers, data=body
+        ) as upstream:
+            payload = await upstream.read()
+            dropped = {"transfer-encoding", "connection", "content-encoding"}
+            if request.method != "HEAD":  # aiohttp counts the body it sends; HEAD has none
+                dropped.add("content-length")
+            answer = {k: v for k, v in upstream.headers.items() if k.lower() not in dropped}
+            if request.method == "HEAD":
+                return web.Response(status=upstream.status, headers=answer)
+            return web.Response(status=upstream.status, headers=answer, body=payload)
+
+
+def registry_copy(request: web.Request) -> bool:
+    """The register stage's copy of a run's file into the registry."""
+    return (
+        request.method == "PUT"
+        and "x-amz-copy-source" in request.headers
+        and "/models/" in request.path
+    )
