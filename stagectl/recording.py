@@ -14,7 +14,8 @@ from typing import Any
 
 import asyncpg
 
-from shared.db.registry import RegistryStore, RunRef
+from shared.db.registry import RunRef
+from shared.db.registry_store import RegistryStore
 from stagectl.outcomes import Outcome
 
 Also = Callable[[RegistryStore], Awaitable[None]]

@@ -33,7 +33,8 @@ import asyncpg
 
 from shared import stages as S
 from shared import storage
-from shared.db.registry import RegistryStore, RunRef
+from shared.db.registry import RunRef
+from shared.db.registry_store import RegistryStore
 from shared.errors import NotFound
 from stagectl.outcomes import (
     LINEAGE_FILE,

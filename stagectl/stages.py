@@ -31,13 +31,8 @@ import asyncpg
 from shared import stages as S
 from shared.argo import ArgoServer
 from shared.db.pipelines import PipelineReader, PipelineRow, VersionRow
-from shared.db.registry import (
-    ApprovalRow,
-    RegistryStore,
-    RunRef,
-    StageOutcome,
-    VersionState,
-)
+from shared.db.registry import ApprovalRow, RunRef, StageOutcome, VersionState
+from shared.db.registry_store import RegistryStore
 from shared.logging import get_logger
 from stagectl import admission, metrics
 from stagectl.argo_nodes import complete

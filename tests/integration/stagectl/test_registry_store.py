@@ -12,10 +12,10 @@ import pytest
 from shared.db.registry import (
     APPROVALS_CHANNEL,
     RegistryReader,
-    RegistryStore,
     RunRef,
     VersionRow,
 )
+from shared.db.registry_store import RegistryStore
 from shared.errors import Conflict, NotFound
 
 
