@@ -64,6 +64,9 @@ class Dispatcher:
                     self._slots.release()
                     continue
                 key, pending = batch[0]
+                if key not in self._busy and not self._has_work(key, pending):
+                    self._slots.release()  # most changes of a workflow wait on no stage
+                    continue
                 if key in self._busy:
                     self._deferred[key] = pending  # newer than any deferred before it
                     self._slots.release()
@@ -85,6 +88,14 @@ class Dispatcher:
             self._failures[key] = failures
             delay = min(self._backoff[1], self._backoff[0] * 2 ** (failures - 1))
             group.create_task(self._later(delay, key, pending))
+
+    def _has_work(self, key: WorkflowKey, pending: Pending[Any]) -> bool:
+        value = pending.value
+        if isinstance(value, Mapping) and waiting_stages(value):
+            return True
+        if key in self._failures and not isinstance(value, Mapping):
+            self._failures.pop(key, None)
+        return False
 
     async def _later(self, delay: float, key: WorkflowKey, pending: Pending[Any]) -> None:
         await asyncio.sleep(delay)

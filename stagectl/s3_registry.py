@@ -1,6 +1,8 @@
 """The model registry's files in object storage (ARTIFACT_BUCKET), through boto3.
 
-boto3 blocks, so every call runs in a worker thread (``asyncio.to_thread``). Copies are
+boto3 blocks, so every call runs in a worker thread of the adapter's own pool (as many threads
+as boto3 keeps connections: the loop's default pool has a handful on a small node, and a burst
+of registrations would queue behind it). Copies are
 server-side (``copy``: a single CopyObject, or a multipart copy above 8 MB), so a model of any
 size never passes through this process. Every write here is idempotent: a copy or a put of the
 same source to the same key gives the same object, which is what lets a register stage that
@@ -14,9 +16,11 @@ reach it, is ``DependencyDown`` (the stage is tried again later); refusals of ou
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -29,6 +33,7 @@ from shared.errors import ConfigError, DependencyDown, NotFound
 
 _MISSING = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
 _DENIED = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
+CONNECTIONS = 32
 # Seconds spent waiting for object storage by the stage running in this context.
 _WAITED: ContextVar[list[float] | None] = ContextVar("storage_waited", default=None)
 
@@ -89,15 +94,23 @@ class RegistryObjects:
                 connect_timeout=5,
                 read_timeout=60,
                 retries={"max_attempts": 3, "mode": "standard"},
-                max_pool_connections=32,
+                max_pool_connections=CONNECTIONS,
             ),
         )
+        self._threads = ThreadPoolExecutor(CONNECTIONS, thread_name_prefix="registry-s3")
+
+    def close(self) -> None:
+        """Let the threads go (calls still running finish first)."""
+        self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def _call(self, key: str, function: Any, /, **kwargs: Any) -> Any:
         started = time.perf_counter()
         try:
             with _translated(key):
-                return await asyncio.to_thread(function, **kwargs)
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(
+                    self._threads, functools.partial(function, **kwargs)
+                )
         finally:
             waited = _WAITED.get()
             if waited is not None:

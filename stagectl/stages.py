@@ -52,6 +52,7 @@ log = get_logger(__name__)
 
 ACTOR: Final = "stagectl"
 _CACHED: Final = 1024  # pipeline versions kept in memory (immutable rows)
+_CLUSTER_ID_TTL: Final = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,7 @@ class StageWork:
         self._pipelines = PipelineReader(pool)
         self._versions: OrderedDict[tuple[str, int], tuple[PipelineRow, VersionRow]] = OrderedDict()
         self._refused: set[tuple[str, str]] = set()
+        self._cluster: tuple[str, float] | None = None
         # (run uid, stage) -> the resourceVersion our completion produced: an older copy of the
         # workflow still shows the node waiting and needs nothing more.
         self._completed: OrderedDict[tuple[str, str], int] = OrderedDict()
@@ -89,6 +91,7 @@ class StageWork:
     ) -> None:
         """Do ``waiting``'s stage (once per run) and complete its node. ``seen_at`` is when
         the node was seen waiting (``time.monotonic``): a stage's time is measured from it."""
+        picked_at = time.monotonic()
         run = read_run(workflow)
         if run is None:
             return
@@ -99,28 +102,34 @@ class StageWork:
         if release is None:
             return
         with storage_time() as waited:
-            async with RegistryStore.transaction(self._pool) as store:
-                stored = await store.outcome(run.uid, waiting.stage)
+            stored = await RegistryStore(self._pool).outcome(run.uid, waiting.stage)
             outcome = Outcome.from_json(stored.outcome) if stored else None
             if outcome is None:
                 outcome = await self._work(waiting.stage, release)
             if outcome is None:
                 return  # waiting for a person
+            worked_at = time.monotonic()
             changed = await self._complete(release.ref, waiting.stage, outcome)
         if changed:
-            self._measure(release.ref, waiting.stage, outcome, seen_at=seen_at, waited=waited[0])
+            self._measure(
+                release.ref,
+                waiting.stage,
+                outcome,
+                seen_at=seen_at,
+                waited=waited[0],
+                steps={"queued": picked_at - seen_at, "argo": time.monotonic() - worked_at},
+            )
 
     async def _admit(
         self, run: RunFacts, workflow: Mapping[str, Any], waiting: WaitingStage
     ) -> Release | None:
         pipeline, version = await self._version(run)
         reason = admission.refusal(run, waiting, pipeline, version)
-        async with RegistryStore.transaction(self._pool) as store:
-            cluster = await store.host_cluster_id()
-            ref = RunRef(cluster, run.namespace, run.name, run.uid)
-            if reason is not None:
+        ref = RunRef(await self._host_cluster_id(), run.namespace, run.name, run.uid)
+        if reason is not None:
+            async with RegistryStore.transaction(self._pool) as store:
                 await self._refuse(store, ref, run, waiting, reason)
-                return None
+            return None
         assert pipeline is not None  # admitted
         assert version is not None
         return Release(
@@ -134,6 +143,14 @@ class StageWork:
             definition=version.definition,
             version_settings=version.settings,
         )
+
+    async def _host_cluster_id(self) -> str:
+        """The host's id in ``clusters``, read again every ``_CLUSTER_ID_TTL`` seconds (it
+        changes once, when the registry lists the host and the watcher adopts its id)."""
+        now = time.monotonic()
+        if self._cluster is None or now - self._cluster[1] > _CLUSTER_ID_TTL:
+            self._cluster = (await RegistryStore(self._pool).host_cluster_id(), now)
+        return self._cluster[0]
 
     async def _version(self, run: RunFacts) -> tuple[PipelineRow | None, VersionRow | None]:
         if run.pipeline_id is None or run.pipeline_version is None:
@@ -196,7 +213,8 @@ class StageWork:
 
     # --- gate -----------------------------------------------------------------------------
     async def _gate(self, release: Release) -> Outcome:
-        async with RegistryStore.transaction(self._pool) as store:
+        async with self._pool.acquire() as conn:
+            store = RegistryStore(conn)
             version = await store.version_for_run(release.run.uid)
             production = None
             gate = release.settings.get("gate")
@@ -328,8 +346,7 @@ class StageWork:
         """Complete the node with the recorded outcome, then mark the outcome completed.
         True when this attempt changed the node (False: an earlier one had)."""
         version = await complete(self._argo, ref.namespace, ref.name, stage, outcome)
-        async with RegistryStore.transaction(self._pool) as store:
-            await store.mark_completed(ref.uid, stage)
+        await RegistryStore(self._pool).mark_completed(ref.uid, stage)
         key = (ref.uid, stage)
         self._completed[key] = max(version, self._completed.get(key, 0))
         if len(self._completed) > 10 * _CACHED:
@@ -337,8 +354,17 @@ class StageWork:
         return version > 0
 
     def _measure(
-        self, ref: RunRef, stage: str, outcome: Outcome, *, seen_at: float, waited: float
+        self,
+        ref: RunRef,
+        stage: str,
+        outcome: Outcome,
+        *,
+        seen_at: float,
+        waited: float,
+        steps: dict[str, float] | None = None,
     ) -> None:
+        """Count and log a completed stage: its time from ``seen_at``, less ``waited`` for
+        object storage; ``steps`` break it down (waiting for a worker, the Argo calls)."""
         total = time.monotonic() - seen_at
         own = max(0.0, total - waited)
         metrics.STAGES.labels(stage=stage, phase=outcome.phase).inc()
@@ -355,4 +381,5 @@ class StageWork:
             seconds=round(total, 6),
             storage_seconds=round(waited, 6),
             own_seconds=round(own, 6),
+            **{f"{name}_seconds": round(value, 6) for name, value in (steps or {}).items()},
         )
