@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import asyncpg
+from showcase_stages import showcase_stages  # scripts/ is on the path: this file's folder
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".run" / "demo"
@@ -522,6 +523,9 @@ async def main() -> None:
             showcase_task,
             asyncio.create_task(pipelines_showcase()),
             asyncio.create_task(inference_showcase(url, processes)),
+            asyncio.create_task(
+                showcase_stages(api=API, headers=TENANT_HEADERS, database_url=url, log=log)
+            ),
         ]
         while True:
             await asyncio.sleep(1)
