@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from prometheus_client import generate_latest
 
 from shared.argo import ArgoServer
 from shared.db.registry import RegistryReader
@@ -55,6 +56,10 @@ async def test_a_release_is_registered_gated_and_cleaned_up(controller: ReleaseS
     assert verdict["verdict"] == "passed"
     counts = controller.completions(name)
     assert sorted(counts.values()) == [1, 1, 1]
+    exposed = generate_latest().decode()
+    for stage in ("register", "gate", "cleanup"):
+        assert f'wm_stagectl_stages_total{{phase="Succeeded",stage="{stage}"}}' in exposed
+        assert f'wm_stagectl_stage_seconds_count{{stage="{stage}"}}' in exposed
 
 
 def outputs_of(node: dict[str, object] | None) -> dict[str, object]:
