@@ -3,16 +3,17 @@ platform's control stages appended to it. Purely computational.
 
 ``compiler.pipelines.definitions.render`` calls, in this order:
 
-1. ``check_release`` on the tenant's rendered template: the steps and artifacts the release
-   names must be output artifacts of exactly one task or step (400 naming the field);
-2. after stamping, ``violations`` with the allowlist: what a template with a release may not
-   have because the platform's stages need it (its own exit handler, template defaults);
-3. once the tenant's part passed, ``append_stages``: a DAG ``wm-release-main`` becomes the
-   entrypoint, running the tenant's entrypoint as task ``main``, then ``wm-register``,
-   ``wm-gate`` and, when asked, ``wm-approval`` (only when the gate's verdict is ``passed``),
-   with ``wm-cleanup`` as the exit handler. Each stage is a suspend template with
-   ``valueFrom.supplied`` outputs, annotated ``kubeopera.io/platform-stage``; the stage
-   controller does its work and completes the node through the Argo server (``shared.stages``);
+1. with the allowlist, on the stamped tenant's template, ``violations``: what a template with a
+   release may not have because the platform's stages need it (its own exit handler, template
+   defaults; 422);
+2. once the tenant's part passed, ``check_release``: the steps and artifacts the release names
+   must be output artifacts of exactly one task or step, run once (400 naming the field);
+3. ``append_stages``: a DAG ``wm-release-main`` becomes the entrypoint, running the tenant's
+   entrypoint as task ``main``, then ``wm-register``, ``wm-gate`` and, when asked,
+   ``wm-approval`` (only when the gate's verdict is ``passed``), with ``wm-cleanup`` as the
+   exit handler. Each stage is a suspend template with ``valueFrom.supplied`` outputs,
+   annotated ``kubeopera.io/platform-stage``; the stage controller does its work and completes
+   the node through the Argo server (``shared.stages``). Argo's schema then judges the whole;
 4. ``stages_of`` on the final template: the stages it contains, which the version records.
 
 The tenant's part never holds a stage: the allowlist refuses the reserved names, the annotation
@@ -60,8 +61,12 @@ def _templates(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def _steps(document: Mapping[str, Any]) -> Iterator[_Step]:
-    """Every DAG task and step of the document's templates (inline ones included)."""
+    """Every DAG task and step of the document's templates (inline ones included), and the
+    entrypoint as the task ``main`` it becomes (a run's node ``main`` is the entrypoint's)."""
     by_name = {t.get("name"): t for t in _templates(document) if isinstance(t.get("name"), str)}
+    entrypoint = by_name.get(_mapping(document.get("spec")).get("entrypoint"))
+    if entrypoint is not None:
+        yield _Step(name=S.MAIN_TASK, template=entrypoint, looped=False, external=False)
     pending: list[Mapping[str, Any]] = list(_templates(document))
     seen = 0
     while pending and seen < 10_000:  # inline templates nest; the allowlist bounds the depth

@@ -398,3 +398,32 @@ def test_the_stages_of_a_template_are_its_annotated_wm_templates_in_run_order() 
     assert R.stages_of(renamed) == ["register", "approval", "cleanup"]
     assert R.stages_of({"spec": "junk"}) == []
     assert R.stages_of({}) == []
+
+
+def test_main_names_the_entrypoint_and_no_other_task_may_then_be_called_main() -> None:
+    single = """
+apiVersion: argoproj.io/v1alpha1
+kind: WorkflowTemplate
+metadata: {name: single}
+spec:
+  entrypoint: fit
+  templates:
+  - name: fit
+    container: {image: ghcr.io/acme/fit:1}
+    outputs:
+      artifacts:
+      - {name: model, path: /out/model}
+      - {name: scorecard, path: /out/eval_scorecard.json}
+"""
+    one_node = {
+        "model_artifact": {"step": "main", "artifact": "model"},
+        "scorecard": {"step": "main", "artifact": "scorecard"},
+    }
+    assert rendered(yaml_body(single, **one_node)).stages == ["register", "gate", "cleanup"]
+    # A task of the tenant's named main would be a second node of that name in each run.
+    clash = _yaml_with("    - - name: fit\n", "    - - name: main\n")
+    with pytest.raises(Invalid) as exc:
+        rendered(yaml_body(clash, model_artifact={"step": "main", "artifact": "model"}))
+    assert errors(exc) == [
+        ("release.model_artifact.step", "2 tasks or steps are named 'main': name exactly one")
+    ]
