@@ -11,11 +11,14 @@ goal figure last):
   register_p95_ms, gate_p95_ms, cleanup_p95_ms per stage;
 - storage_p95_ms: what register waited for object storage (not counted above);
 - queued_p95_ms, argo_p95_ms: two parts of a stage's time, waiting for one of the controller's
-  workers (STAGE_CONCURRENCY) and its set + resume calls;
+  workers (STAGE_CONCURRENCY) and its set + resume calls; around_argo_p95_ms: the rest (the
+  stage's own time less its Argo calls: reading, deciding, PostgreSQL);
 - baseline_p50_ms, baseline_p95_ms: the same Argo `set` + `resume` round trip made directly
   (through the same service proxy, as many at once as the controller's workers) on 100 plain
   workflows waiting at a suspend node, while the controller's stages are under way;
 - versions_per_run: model versions registered divided by runs (must be exactly 1);
+- load_average: the machine's 1-minute load at the end (2 cores here, shared: read every
+  figure above against it);
 - overhead_p95_ms: stage_p95_ms - baseline_p95_ms. Goal < 250.
 
 Everything runs on this machine: the emulator and the data controller in this process, moto and
@@ -231,7 +234,7 @@ async def bench(runs: int, keep: str | None) -> None:
         async with scratch_database("wm_bench_stages") as url, moto(tmp) as s3_url:
             os.environ.update(AWS)
             world = await start_world(
-                1, tick=0.1, s3_endpoint=s3_url, bucket=BUCKET, pod_gc_delay=3600
+                1, tick=0.25, s3_endpoint=s3_url, bucket=BUCKET, pod_gc_delay=3600
             )
             pool = await create_pool(url, min_size=1, max_size=8)
             kube = await client_from_kubeconfig(world.host.kubeconfig)
@@ -333,11 +336,14 @@ async def measure(
     for step in ("queued", "argo"):
         values = [e.get(f"{step}_seconds", 0.0) * 1000 for e in done]
         print(f"{step}_p95_ms: {percentile(values, 0.95):.1f}")
+    around = [(e["own_seconds"] - e.get("argo_seconds", 0.0)) * 1000 for e in done]
+    print(f"around_argo_p95_ms: {percentile(around, 0.95):.1f}")
     print(f"stage_p50_ms: {statistics.median(own):.1f}")
     print(f"stage_p95_ms: {percentile(own, 0.95):.1f}")
     print(f"baseline_p50_ms: {statistics.median(base):.1f}")
     print(f"baseline_p95_ms: {percentile(base, 0.95):.1f}")
     print(f"versions_per_run: {versions / runs:.2f}")
+    print(f"load_average: {os.getloadavg()[0]:.1f}")
     if versions != runs or distinct != runs:
         raise SystemExit(f"expected exactly one version per run: {versions} for {runs} runs")
     print(f"overhead_p95_ms: {percentile(own, 0.95) - percentile(base, 0.95):.1f}")
