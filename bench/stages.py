@@ -284,9 +284,12 @@ async def measure(
         "POD_NAME": "bench-stagectl",
         "LEASE_DURATION": "15s",
         "LEASE_RENEW_PERIOD": "5s",
+        **({"DB_POOL_MAX": os.environ["BENCH_POOL"]} if "BENCH_POOL" in os.environ else {}),
     }
     log = tmp / "stagectl.log"
     command = [str(Path(sys.executable).parent / "wm-stagectl")]
+    if os.environ.get("BENCH_PROFILE"):  # a cProfile of the controller, for whoever tunes it
+        command = [sys.executable, "-m", "cProfile", "-o", os.environ["BENCH_PROFILE"], "-m", "stagectl"]
     with process(command, env, log):
         # Every run starts at once; they reach each stage together.
         names = await asyncio.gather(
