@@ -10,9 +10,10 @@ goal figure last):
   `resume`, less the time the stage waited for object storage (register's copies);
   register_p95_ms, gate_p95_ms, cleanup_p95_ms per stage;
 - storage_p95_ms: what register waited for object storage (not counted above);
-- queued_p95_ms, argo_p95_ms: two parts of a stage's time, waiting for one of the controller's
-  workers (STAGE_CONCURRENCY) and its set + resume calls; around_argo_p95_ms: the rest (the
-  stage's own time less its Argo calls: reading, deciding, PostgreSQL);
+- queued_p95_ms, admission_p95_ms, work_p95_ms, argo_p95_ms: parts of a stage's time: waiting
+  for one of the controller's workers (STAGE_CONCURRENCY), admission, the stage's own work in
+  PostgreSQL (less object storage), and its set + resume calls; around_argo_p95_ms: the whole
+  less the Argo calls;
 - baseline_p50_ms, baseline_p95_ms: the same Argo `set` + `resume` round trip made directly
   (through the same service proxy, as many at once as the controller's workers) on 100 plain
   workflows waiting at a suspend node, while the controller's stages are under way;
@@ -289,7 +290,15 @@ async def measure(
     log = tmp / "stagectl.log"
     command = [str(Path(sys.executable).parent / "wm-stagectl")]
     if os.environ.get("BENCH_PROFILE"):  # a cProfile of the controller, for whoever tunes it
-        command = [sys.executable, "-m", "cProfile", "-o", os.environ["BENCH_PROFILE"], "-m", "stagectl"]
+        command = [
+            sys.executable,
+            "-m",
+            "cProfile",
+            "-o",
+            os.environ["BENCH_PROFILE"],
+            "-m",
+            "stagectl",
+        ]
     with process(command, env, log):
         # Every run starts at once; they reach each stage together.
         names = await asyncio.gather(
@@ -336,7 +345,7 @@ async def measure(
         values = by_stage.get(stage) or [0.0]
         print(f"{stage}_p95_ms: {percentile(values, 0.95):.1f}")
     print(f"storage_p95_ms: {percentile(storage or [0.0], 0.95):.1f}")
-    for step in ("queued", "argo"):
+    for step in ("queued", "admission", "work", "argo"):
         values = [e.get(f"{step}_seconds", 0.0) * 1000 for e in done]
         print(f"{step}_p95_ms: {percentile(values, 0.95):.1f}")
     around = [(e["own_seconds"] - e.get("argo_seconds", 0.0)) * 1000 for e in done]

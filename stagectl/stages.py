@@ -101,6 +101,7 @@ class StageWork:
         release = await self._admit(run, workflow, waiting)
         if release is None:
             return
+        admitted_at = time.monotonic()
         with storage_time() as waited:
             stored = await RegistryStore(self._pool).outcome(run.uid, waiting.stage)
             outcome = Outcome.from_json(stored.outcome) if stored else None
@@ -108,8 +109,8 @@ class StageWork:
                 outcome = await self._work(waiting.stage, release)
             if outcome is None:
                 return  # waiting for a person
-            worked_at = time.monotonic()
-            changed = await self._complete(release.ref, waiting.stage, outcome)
+        worked_at = time.monotonic()
+        changed = await self._complete(release.ref, waiting.stage, outcome)
         if changed:
             self._measure(
                 release.ref,
@@ -117,7 +118,12 @@ class StageWork:
                 outcome,
                 seen_at=seen_at,
                 waited=waited[0],
-                steps={"queued": picked_at - seen_at, "argo": time.monotonic() - worked_at},
+                steps={
+                    "queued": picked_at - seen_at,
+                    "admission": admitted_at - picked_at,
+                    "work": worked_at - admitted_at - waited[0],
+                    "argo": changed,
+                },
             )
 
     async def _admit(
@@ -213,18 +219,12 @@ class StageWork:
 
     # --- gate -----------------------------------------------------------------------------
     async def _gate(self, release: Release) -> Outcome:
-        async with self._pool.acquire() as conn:
-            store = RegistryStore(conn)
-            version = await store.version_for_run(release.run.uid)
+        gate = release.settings.get("gate")
+        compare = isinstance(gate, Mapping) and bool(gate.get("compare_to_production"))
+        store = RegistryStore(self._pool)
+        version, production = await store.version_with_production(release.run.uid)
+        if not compare:
             production = None
-            gate = release.settings.get("gate")
-            compare = isinstance(gate, Mapping) and gate.get("compare_to_production")
-            if version is not None and compare:
-                model = await store.model(version.model_id)
-                if model is not None and model.production_version not in (None, version.number):
-                    assert model.production_version is not None
-                    current = await store.version(model.id, model.production_version)
-                    production = current.scorecard if current else None
         if version is None or version.scorecard is None:
             message = "this run registered no version to judge"
             return await self._commit(release, S.GATE, Outcome.failed(S.GATE, message))
@@ -292,8 +292,11 @@ class StageWork:
         )
         if outcome is None:
             return
-        if await self._complete(ref, S.APPROVAL, outcome):
-            self._measure(ref, S.APPROVAL, outcome, seen_at=started, waited=0.0)
+        answered = await self._complete(ref, S.APPROVAL, outcome)
+        if answered:
+            self._measure(
+                ref, S.APPROVAL, outcome, seen_at=started, waited=0.0, steps={"argo": answered}
+            )
 
     async def finish_recorded(self, stored: StageOutcome) -> None:
         """Complete the node of an outcome recorded earlier and never marked completed."""
@@ -303,11 +306,9 @@ class StageWork:
     async def _cleanup(self, release: Release) -> Outcome:
         """What a release that did not complete left behind is removed or marked; the version
         records how its release ended."""
-        async with RegistryStore.transaction(self._pool) as store:
-            version = await store.version_for_run(release.run.uid)
-            expired = await store.expire_pending(
-                release.run.uid, actor=ACTOR, reason=RUN_ENDED_REASON
-            )
+        store = RegistryStore(self._pool)
+        version = await store.version_for_run(release.run.uid)
+        expired = await store.expire_pending(release.run.uid, actor=ACTOR, reason=RUN_ENDED_REASON)
         if expired is not None:
             # Recorded now, so the decision's NOTIFY finds the approval stage done.
             await self._decided(release.ref, expired, tenant=release.tenant)
@@ -342,16 +343,19 @@ class StageWork:
             self._pool, release.ref, stage, outcome, tenant=release.tenant, also=also
         )
 
-    async def _complete(self, ref: RunRef, stage: str, outcome: Outcome) -> bool:
+    async def _complete(self, ref: RunRef, stage: str, outcome: Outcome) -> float:
         """Complete the node with the recorded outcome, then mark the outcome completed.
-        True when this attempt changed the node (False: an earlier one had)."""
+        The seconds the Argo server's calls took when this attempt changed the node; 0.0
+        when an earlier attempt had."""
+        started = time.monotonic()
         version = await complete(self._argo, ref.namespace, ref.name, stage, outcome)
+        answered = time.monotonic() - started
         await RegistryStore(self._pool).mark_completed(ref.uid, stage)
         key = (ref.uid, stage)
         self._completed[key] = max(version, self._completed.get(key, 0))
         if len(self._completed) > 10 * _CACHED:
             self._completed.popitem(last=False)
-        return version > 0
+        return max(answered, 1e-9) if version > 0 else 0.0
 
     def _measure(
         self,

@@ -140,6 +140,26 @@ class RegistryStore:
             )
         return model_row(row)
 
+    async def version_with_production(
+        self, run_uid: str
+    ) -> tuple[VersionRow | None, dict[str, Any] | None]:
+        """The run's version and, when its model has another version in production, that
+        version's scorecard: what the gate judges, in one query."""
+        columns = ", ".join(f"v.{name.strip()}" for name in VERSION_COLUMNS.split(","))
+        with translate_db_errors():
+            row = await self._conn.fetchrow(
+                f"SELECT {columns}, p.scorecard AS production_scorecard FROM model_versions v "
+                "JOIN models m ON m.id = v.model_id LEFT JOIN model_versions p "
+                "ON p.model_id = m.id AND p.number = m.production_version "
+                "AND p.number <> v.number WHERE v.run_uid = $1",
+                run_uid,
+            )
+        if row is None:
+            return None, None
+        fields = dict(row)
+        production = fields.pop("production_scorecard")
+        return VersionRow(**fields), production
+
     async def version_for_run(self, run_uid: str) -> VersionRow | None:
         with translate_db_errors():
             row = await self._conn.fetchrow(
