@@ -34,7 +34,7 @@ import asyncpg
 
 from shared import stages as S
 from shared import storage
-from shared.db.registry import RunRef
+from shared.db.registry import RunRef, VersionChange
 from shared.db.registry_store import RegistryStore
 from shared.errors import NotFound
 from stagectl.outcomes import (
@@ -47,7 +47,7 @@ from stagectl.outcomes import (
     lineage,
     parse_scorecard,
 )
-from stagectl.recording import Also, commit
+from stagectl.recording import commit
 from stagectl.s3_registry import RegistryObjects, Stored
 from stagectl.workflow import (
     MLFLOW_RUN_LABEL,
@@ -157,21 +157,21 @@ async def register(release: Release, *, pool: asyncpg.Pool, objects: RegistryObj
             scorecard = parse_scorecard(registered, where=where)
         except ScorecardError as exc:
             await objects.delete_prefix(prefix)
-
-            async def abandon(store: RegistryStore) -> None:
-                await store.set_state(
-                    version.model_id, version.number, "abandoned", only_from=("registering",)
-                )
-
+            abandon = VersionChange(
+                version.model_id, version.number, state="abandoned", only_from=("registering",)
+            )
             return await _record(pool, release, Outcome.failed(S.REGISTER, str(exc)), abandon)
     doc = _lineage(release, version.number, model_artifact, scorecard_artifact)
     await objects.put_json(prefix + LINEAGE_FILE, doc)
 
-    async def finish(store: RegistryStore) -> None:
-        await store.finish_registration(
-            version.model_id, version.number, scorecard=scorecard, lineage=doc
-        )
-
+    finish = VersionChange(
+        version.model_id,
+        version.number,
+        state="registered",
+        only_from=("registering",),
+        scorecard=scorecard,
+        lineage=doc,
+    )
     outcome = Outcome(
         "Succeeded",
         {S.VERSION: str(version.number)},
@@ -233,6 +233,8 @@ def _lineage(
 
 
 async def _record(
-    pool: asyncpg.Pool, release: Release, outcome: Outcome, also: Also | None = None
+    pool: asyncpg.Pool, release: Release, outcome: Outcome, change: VersionChange | None = None
 ) -> Outcome:
-    return await commit(pool, release.ref, S.REGISTER, outcome, tenant=release.tenant, also=also)
+    return await commit(
+        pool, release.ref, S.REGISTER, outcome, tenant=release.tenant, change=change
+    )

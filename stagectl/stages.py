@@ -31,7 +31,7 @@ import asyncpg
 from shared import stages as S
 from shared.argo import ArgoServer
 from shared.db.pipelines import PipelineReader, PipelineRow, VersionRow
-from shared.db.registry import ApprovalRow, RunRef, StageOutcome, VersionState
+from shared.db.registry import ApprovalRow, RunRef, StageOutcome, VersionChange, VersionState
 from shared.db.registry_store import RegistryStore
 from shared.logging import get_logger
 from stagectl import admission, metrics
@@ -235,12 +235,16 @@ class StageWork:
             "Succeeded", verdict.outputs(), f"{message}: {summary}" if summary else message
         )
 
-        async def record(store: RegistryStore) -> None:
-            await store.record_verdict(
-                version.model_id, version.number, passed=verdict.passed, reasons=verdict.reasons
-            )
-
-        return await self._commit(release, S.GATE, outcome, record)
+        state: VersionState = "passed" if verdict.passed else "failed"
+        change = VersionChange(
+            version.model_id,
+            version.number,
+            state=state,
+            only_from=("registered",),  # an archived version keeps its state
+            verdict=state,
+            reasons=verdict.reasons,
+        )
+        return await self._commit(release, S.GATE, outcome, change)
 
     # --- approval -------------------------------------------------------------------------
     async def _approval(self, release: Release) -> Outcome | None:
@@ -265,12 +269,10 @@ class StageWork:
         if approval.state == "expired":
             state = "expired"
 
-        async def record(store: RegistryStore) -> None:
-            await store.set_state(approval.model_id, approval.version, state, only_from=("passed",))
-
+        change = VersionChange(approval.model_id, approval.version, state, only_from=("passed",))
         detail = {"decided_by": approval.decided_by, "state": approval.state}
         return await commit(
-            self._pool, ref, S.APPROVAL, outcome, tenant=tenant, also=record, detail=detail
+            self._pool, ref, S.APPROVAL, outcome, tenant=tenant, change=change, detail=detail
         )
 
     async def finish_approval(self, run_uid: str) -> None:
@@ -324,23 +326,24 @@ class StageWork:
             f"; {removed} partial registry files removed" if removed else ""
         )
 
-        async def record(store: RegistryStore) -> None:
-            if version is None:
-                return
-            await store.set_state(
-                version.model_id, version.number, "abandoned", only_from=("registering",)
+        change = None
+        if version is not None:
+            change = VersionChange(
+                version.model_id,
+                version.number,
+                state="abandoned",
+                only_from=("registering",),
+                release_outcome=ending,
             )
-            await store.set_release_outcome(version.model_id, version.number, ending)
-
         outcome = Outcome("Succeeded", {S.OUTCOME: ending}, message)
-        return await self._commit(release, S.CLEANUP, outcome, record)
+        return await self._commit(release, S.CLEANUP, outcome, change)
 
     # --- shared ---------------------------------------------------------------------------
     async def _commit(
-        self, release: Release, stage: str, outcome: Outcome, also: Any = None
+        self, release: Release, stage: str, outcome: Outcome, change: VersionChange | None = None
     ) -> Outcome:
         return await commit(
-            self._pool, release.ref, stage, outcome, tenant=release.tenant, also=also
+            self._pool, release.ref, stage, outcome, tenant=release.tenant, change=change
         )
 
     async def _complete(self, ref: RunRef, stage: str, outcome: Outcome) -> float:

@@ -123,6 +123,33 @@ class StageOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class VersionChange:
+    """What a stage changes on its run's version, written with its outcome: ``state`` only
+    from one of ``only_from``; the other fields when given (``release_outcome`` only once)."""
+
+    model_id: str
+    number: int
+    state: VersionState | None = None
+    only_from: tuple[VersionState, ...] = ()
+    verdict: str | None = None
+    reasons: list[str] | None = None
+    scorecard: dict[str, Any] | None = None
+    lineage: dict[str, Any] | None = None
+    release_outcome: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """The entry in the run's action history that goes with a stage's outcome."""
+
+    tenant: str | None
+    action: str
+    outcome: str
+    detail: dict[str, Any]
+    actor: str = "stagectl"
+
+
+@dataclass(frozen=True, slots=True)
 class ModelPage:
     rows: list[ModelRow]  # up to limit + 1: the extra one says a next page exists
     total: int

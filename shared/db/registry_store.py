@@ -10,13 +10,14 @@ together (``stagectl.recording``).
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
 
-from shared.db.audit import record_action
+from shared.db.audit import ACTION_COLUMNS, record_action
 from shared.db.pool import translate_db_errors
 from shared.db.registry import (
     APPROVAL_A_COLUMNS,
@@ -25,12 +26,13 @@ from shared.db.registry import (
     OUTCOME_COLUMNS,
     VERSION_COLUMNS,
     ApprovalRow,
+    AuditEntry,
     Db,
     ModelRow,
     RunRef,
     StageOutcome,
+    VersionChange,
     VersionRow,
-    VersionState,
     approval_row,
     model_row,
     outcome_row,
@@ -64,21 +66,53 @@ class RegistryStore:
         return outcome_row(row)
 
     async def record_outcome(
-        self, run: RunRef, stage: str, outcome: dict[str, Any]
+        self,
+        run: RunRef,
+        stage: str,
+        outcome: dict[str, Any],
+        *,
+        audit: AuditEntry,
+        change: VersionChange | None = None,
     ) -> tuple[StageOutcome, bool]:
-        """Record a stage's outcome unless one is recorded already: the one recorded, and
-        whether it is this one (the caller's other writes belong only with a new one)."""
+        """Record a stage's outcome unless one is recorded already, and only with a new one
+        the run's audit entry and the version's ``change``: one statement, so one round trip
+        and all or nothing. The outcome recorded, and whether it is this one."""
+        change = change or VersionChange(model_id="", number=0)
         with translate_db_errors():
             row = await self._conn.fetchrow(
-                "INSERT INTO stage_outcomes (run_uid, stage, cluster_id, run_namespace, run_name, "
-                "outcome) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (run_uid, stage) DO NOTHING "
-                f"RETURNING {OUTCOME_COLUMNS}",
+                "WITH o AS (INSERT INTO stage_outcomes (run_uid, stage, cluster_id, run_namespace, "
+                "run_name, outcome) VALUES ($1, $2, $3, $4, $5, $6) "
+                f"ON CONFLICT (run_uid, stage) DO NOTHING RETURNING {OUTCOME_COLUMNS}), "
+                f"a AS (INSERT INTO run_actions ({ACTION_COLUMNS}) SELECT $3, $4, $5, $1, $7, $8, "
+                "$9, '{}'::jsonb, $10, $11 FROM o), "
+                "v AS (UPDATE model_versions SET "
+                "state = CASE WHEN state = ANY($14::text[]) THEN coalesce($13, state) "
+                "ELSE state END, verdict = coalesce($15, verdict), "
+                "reasons = coalesce($16, reasons), scorecard = coalesce($17, scorecard), "
+                "lineage = coalesce($18, lineage), "
+                "release_outcome = coalesce(release_outcome, $19), updated_at = now() "
+                "WHERE model_id = $12 AND number = $20 AND EXISTS (SELECT 1 FROM o)) "
+                f"SELECT {OUTCOME_COLUMNS} FROM o",
                 run.uid,
                 stage,
                 run.cluster,
                 run.namespace,
                 run.name,
                 outcome,
+                audit.tenant,
+                audit.actor,
+                audit.action,
+                audit.outcome,
+                json.loads(json.dumps(audit.detail, default=str)),
+                change.model_id,
+                change.state,
+                list(change.only_from),
+                change.verdict,
+                change.reasons,
+                change.scorecard,
+                change.lineage,
+                change.release_outcome,
+                change.number,
             )
             inserted = row is not None
             if row is None:
@@ -219,72 +253,14 @@ class RegistryStore:
         assert found is not None
         return found
 
-    async def finish_registration(
-        self,
-        model_id: str,
-        number: int,
-        *,
-        scorecard: dict[str, Any],
-        lineage: dict[str, Any],
-    ) -> None:
-        """registering -> registered, with what identifies the version from now on."""
+    async def abandon(self, model_id: str, number: int) -> None:
+        """A version still ``registering`` that never will: ``abandoned`` (its number kept)."""
         with translate_db_errors():
             await self._conn.execute(
-                "UPDATE model_versions SET scorecard = $3, lineage = $4, state = 'registered', "
-                "updated_at = now() WHERE model_id = $1 AND number = $2 "
-                "AND state = 'registering'",
+                "UPDATE model_versions SET state = 'abandoned', updated_at = now() "
+                "WHERE model_id = $1 AND number = $2 AND state = 'registering'",
                 model_id,
                 number,
-                scorecard,
-                lineage,
-            )
-
-    async def set_state(
-        self,
-        model_id: str,
-        number: int,
-        state: VersionState,
-        *,
-        only_from: tuple[VersionState, ...],
-    ) -> bool:
-        """Move a version to ``state`` if it is in one of ``only_from``; True when it moved."""
-        with translate_db_errors():
-            status = await self._conn.execute(
-                "UPDATE model_versions SET state = $3, updated_at = now() "
-                "WHERE model_id = $1 AND number = $2 AND state = ANY($4::text[])",
-                model_id,
-                number,
-                state,
-                list(only_from),
-            )
-        return bool(status != "UPDATE 0")
-
-    async def record_verdict(
-        self, model_id: str, number: int, *, passed: bool, reasons: list[str]
-    ) -> None:
-        """The gate's verdict and reasons; a registered version becomes passed or failed (an
-        archived one keeps its state)."""
-        verdict = "passed" if passed else "failed"
-        with translate_db_errors():
-            await self._conn.execute(
-                "UPDATE model_versions SET verdict = $3, reasons = $4, updated_at = now(), "
-                "state = CASE WHEN state = 'registered' THEN $3 ELSE state END "
-                "WHERE model_id = $1 AND number = $2",
-                model_id,
-                number,
-                verdict,
-                reasons,
-            )
-
-    async def set_release_outcome(self, model_id: str, number: int, outcome: str) -> None:
-        """How the version's release ended; written once (the first cleanup wins)."""
-        with translate_db_errors():
-            await self._conn.execute(
-                "UPDATE model_versions SET release_outcome = $3, updated_at = now() "
-                "WHERE model_id = $1 AND number = $2 AND release_outcome IS NULL",
-                model_id,
-                number,
-                outcome,
             )
 
     # --- approvals ------------------------------------------------------------------------
