@@ -236,3 +236,28 @@ async def test_a_scorecard_rewritten_while_it_is_copied_is_judged_as_registered(
     [version] = await stack.versions()
     assert (version["state"], version["release_outcome"]) == ("abandoned", "abandoned")
     assert stack.keys(version["prefix"]) == []
+
+
+async def test_a_terminated_release_is_cleaned_up_without_its_exit_handler(
+    controller: ReleaseStack,
+) -> None:
+    """Argo runs no exit handler for a terminated run; the controller still records how the
+    release ended and expires what waits for a decision."""
+    pipeline = await controller.save(approval=True)
+    name = await controller.run(pipeline)
+    uid = await waiting_for_approval(controller, name)
+    await argo(controller).terminate("kubeopera-data-acme", name)
+    assert await finished(controller, name) == "Failed"
+    cleanup = await eventually(lambda: controller.outcome(uid, "cleanup"))
+    assert cleanup["outputs"] == {"outcome": "stopped"}
+    assert controller.node(name, "wm-cleanup") is None
+    row = await controller.pool.fetchrow("SELECT * FROM approvals WHERE run_uid = $1", uid)
+    assert (row["state"], row["reason"]) == ("expired", "the run ended before a decision")
+    [version] = await controller.versions()
+    assert version["release_outcome"] == "stopped"
+
+    async def completed() -> bool:
+        stored = await controller.outcome(uid, "cleanup")
+        return bool(stored and stored["completed"])
+
+    await eventually(completed)

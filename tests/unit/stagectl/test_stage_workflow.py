@@ -20,6 +20,7 @@ from stagectl.workflow import (
     root_phase,
     stage_node_name,
     step_node,
+    unhandled_exit,
     waiting_stages,
 )
 
@@ -242,3 +243,18 @@ def test_tenant_of_a_namespace() -> None:
     assert tenant_of("kubeopera-data-acme") == "acme"
     assert tenant_of("kubeopera-data-") is None
     assert tenant_of("kubeopera-serve-acme") is None
+
+
+def test_a_terminated_run_without_its_exit_handler_is_cleaned_up_without_a_node() -> None:
+    doc = workflow(node("wf.wm-register", "wm-register", phase="Failed"), shutdown="Terminate")
+    doc["status"].update(phase="Failed", storedWorkflowTemplateSpec={"onExit": "wm-cleanup"})
+    assert unhandled_exit(doc) == WaitingStage("cleanup", "", "wf.onExit")
+    stopped = {**doc, "spec": {**doc["spec"], "shutdown": "Stop"}}
+    assert unhandled_exit(stopped) is None  # Argo runs the exit handler then
+    running = {**doc, "status": {**doc["status"], "phase": "Running"}}
+    assert unhandled_exit(running) is None
+    theirs = {**doc, "status": {**doc["status"], "storedWorkflowTemplateSpec": {"onExit": "x"}}}
+    assert unhandled_exit(theirs) is None
+    ran = workflow(node("wf.onExit", "wm-cleanup", phase="Succeeded"), shutdown="Terminate")
+    ran["status"].update(phase="Failed", storedWorkflowTemplateSpec={"onExit": "wm-cleanup"})
+    assert unhandled_exit(ran) is None
