@@ -323,6 +323,15 @@ async def measure(
             return bool(count >= runs)
 
         await wait_until(all_done, limit=600, what="every run's cleanup completed")
+
+        def phase(name: str) -> str | None:
+            found = store.get(store.resolve(*WORKFLOWS), NAMESPACE, name)
+            return found.get("status", {}).get("phase")  # type: ignore[no-any-return]
+
+        async def all_finished() -> bool:
+            return all(phase(name) in ("Succeeded", "Failed", "Error") for name in workflows)
+
+        await wait_until(all_finished, limit=120, what="every run finished")
         phases = [
             store.get(store.resolve(*WORKFLOWS), NAMESPACE, name).get("status", {}).get("phase")
             for name in workflows

@@ -6,7 +6,9 @@
    stage, for that run's pipeline, version, namespace and template; otherwise the attempt is
    logged and audited once and nothing else happens;
 2. the recorded outcome (``stage_outcomes``) when there is one: a stage is done at most once
-   per run, whatever happens to the process;
+   per run, whatever happens to the process. Register looks before its work (which copies
+   files); the others' work only reads, and their commit point answers the outcome recorded
+   before instead of theirs;
 3. otherwise the stage's work, ending with its commit point (``stagectl.recording``);
 4. the node completed with the recorded outcome (``stagectl.argo_nodes``), then the outcome
    marked completed.
@@ -103,7 +105,12 @@ class StageWork:
             return
         admitted_at = time.monotonic()
         with storage_time() as waited:
-            stored = await RegistryStore(self._pool).outcome(run.uid, waiting.stage)
+            stored = None
+            if waiting.stage == S.REGISTER or not waiting.node_id:
+                # Register's work copies files and a node-less cleanup has nothing to complete:
+                # look first. The other stages' work only reads; their commit point answers
+                # the outcome recorded before, if any (one round trip less in a burst).
+                stored = await RegistryStore(self._pool).outcome(run.uid, waiting.stage)
             if stored is not None and stored.completed_at is not None and not waiting.node_id:
                 return  # done, and there is no node to complete
             outcome = Outcome.from_json(stored.outcome) if stored else None
