@@ -25,7 +25,6 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 import asyncpg
@@ -55,13 +54,6 @@ log = get_logger(__name__)
 ACTOR: Final = "stagectl"
 _CACHED: Final = 1024  # pipeline versions kept in memory (immutable rows)
 _CLUSTER_ID_TTL: Final = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class Completed:
-    """A node this process completed, and the workflow's resourceVersion right after."""
-
-    resource_version: int
 
 
 class StageWork:
@@ -263,7 +255,12 @@ class StageWork:
     async def _approval(self, release: Release) -> Outcome | None:
         async with RegistryStore.transaction(self._pool) as store:
             version = await store.version_for_run(release.run.uid)
-            if version is None or version.state not in ("passed", "approved", "rejected"):
+            if version is None or version.state not in (
+                "passed",
+                "approved",
+                "rejected",
+                "expired",
+            ):
                 approval = None
             else:
                 approval = await store.request_approval(version, expires_in=self._approval_timeout)
