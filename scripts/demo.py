@@ -36,6 +36,7 @@ import asyncpg
 import showcase_git
 from showcase_schedules import schedules_showcase
 from showcase_secrets import secrets_showcase
+from showcase_stages import showcase_stages  # scripts/ is on the path: this file's folder
 from showcase_triggers import triggers_showcase
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -567,6 +568,9 @@ async def main() -> None:
                     start=start,
                     log=log,
                 )
+            ),
+            asyncio.create_task(
+                showcase_stages(api=API, headers=TENANT_HEADERS, database_url=url, log=log)
             ),
         ]
         while True:

@@ -143,7 +143,7 @@ class Settings(BaseSettings):
     # expired; how many workflows it works on at once; how often it looks for approvals due to
     # expire and decisions it has not acted on (the NOTIFY it missed while away).
     STAGE_APPROVAL_TIMEOUT: Seconds = 72 * 3600.0
-    STAGE_CONCURRENCY: int = Field(default=16, ge=1, le=256)
+    STAGE_CONCURRENCY: int = Field(default=128, ge=1, le=1024)
     STAGE_SWEEP_INTERVAL: Seconds = 30.0
 
     @field_validator("LOG_LEVEL")

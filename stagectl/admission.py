@@ -18,10 +18,30 @@ nothing else for that node.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 from shared import labels as L
 from shared import stages as S
-from shared.db.pipelines import PipelineRow, VersionRow
 from stagectl.workflow import RunFacts, WaitingStage, stage_node_name
+
+
+class PipelineFacts(Protocol):
+    """What admission reads of a pipeline (``shared.db.pipelines.PipelineRow``)."""
+
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+
+
+class VersionFacts(Protocol):
+    """What admission reads of a pipeline version (``shared.db.pipelines.VersionRow``)."""
+
+    @property
+    def stages(self) -> Sequence[str]: ...
+    @property
+    def template_name(self) -> str: ...
 
 
 def tenant_of(namespace: str) -> str | None:
@@ -34,8 +54,8 @@ def tenant_of(namespace: str) -> str | None:
 def refusal(
     run: RunFacts,
     waiting: WaitingStage,
-    pipeline: PipelineRow | None,
-    version: VersionRow | None,
+    pipeline: PipelineFacts | None,
+    version: VersionFacts | None,
 ) -> str | None:
     """Why the stage controller must not act on ``waiting``; None when it may. ``pipeline`` and
     ``version`` are what our database holds for the run's claimed labels (None: nothing)."""

@@ -29,7 +29,8 @@ import asyncpg
 from shared import stages as S
 from shared.config import Settings
 from shared.db.pool import connect
-from shared.db.registry import APPROVALS_CHANNEL, RegistryStore
+from shared.db.registry import APPROVALS_CHANNEL
+from shared.db.registry_store import RegistryStore
 from shared.errors import WorkflowManagerError
 from shared.logging import get_logger
 from stagectl.stages import ACTOR, StageWork

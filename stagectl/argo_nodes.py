@@ -1,12 +1,13 @@
 """Completing a stage's suspend node through the data controller's Argo server, safely twice.
 
-``complete`` sets the node's output parameters (and, for a failed stage, its phase ``Failed``
-and message) with ``PUT .../set``, then ``PUT .../resume`` continues it, both selecting the node
-by its template (``templateName=wm-<stage>``: one node per run). Either call may be repeated
-after a crash or by another leader: Argo answers a node that is no longer waiting with
-"no suspend nodes matching" and outputs set before with "already set" (workflow/util's
-``updateSuspendedNode``), which here mean an earlier attempt got there first. A workflow that
-is gone has nothing left to complete.
+``complete`` selects the node by its template (``templateName=wm-<stage>``: one node per run).
+A succeeded stage: ``PUT .../set`` fills the node's supplied output parameters (and message),
+then ``PUT .../resume`` continues it, as Argo's UI completes a suspend node. A failed stage:
+``set`` with phase ``Failed``, the message and the outputs ends the node at once, so no resume
+follows. Either call may be repeated after a crash or by another leader: Argo answers a node
+that no longer waits with "no suspend nodes matching" and outputs set before with "already
+set" (workflow/util's ``updateSuspendedNode``), which here mean an earlier attempt got there
+first. A workflow that is gone has nothing left to complete.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from shared.logging import get_logger
 from shared.queueing import Pending
 from stagectl import metrics
 from stagectl.stages import StageWork
-from stagectl.workflow import waiting_stages
+from stagectl.workflow import WaitingStage, unhandled_exit, waiting_stages
 
 log = get_logger(__name__)
 
@@ -64,6 +64,9 @@ class Dispatcher:
                     self._slots.release()
                     continue
                 key, pending = batch[0]
+                if key not in self._busy and not self._has_work(key, pending):
+                    self._slots.release()  # most changes of a workflow wait on no stage
+                    continue
                 if key in self._busy:
                     self._deferred[key] = pending  # newer than any deferred before it
                     self._slots.release()
@@ -86,6 +89,14 @@ class Dispatcher:
             delay = min(self._backoff[1], self._backoff[0] * 2 ** (failures - 1))
             group.create_task(self._later(delay, key, pending))
 
+    def _has_work(self, key: WorkflowKey, pending: Pending[Any]) -> bool:
+        value = pending.value
+        if isinstance(value, Mapping) and stages_of(value):
+            return True
+        if key in self._failures and not isinstance(value, Mapping):
+            self._failures.pop(key, None)
+        return False
+
     async def _later(self, delay: float, key: WorkflowKey, pending: Pending[Any]) -> None:
         await asyncio.sleep(delay)
         self._queue.requeue([(key, pending)])  # unless a newer state arrived meanwhile
@@ -96,7 +107,7 @@ class Dispatcher:
         if isinstance(value, Deleted) or not isinstance(value, Mapping):
             self._failures.pop(key, None)
             return True
-        for waiting in waiting_stages(value):
+        for waiting in stages_of(value):
             try:
                 await self._work.handle(value, waiting, seen_at=pending.first_seen)
             except asyncio.CancelledError:
@@ -116,3 +127,13 @@ class Dispatcher:
                 return False
         self._failures.pop(key, None)
         return True
+
+
+def stages_of(workflow: Mapping[str, Any]) -> list[WaitingStage]:
+    """What the controller has to do for a workflow: its waiting stage nodes, or the cleanup
+    of a run that ended without its exit handler."""
+    waiting = waiting_stages(workflow)
+    if waiting:
+        return waiting
+    ended = unhandled_exit(workflow)
+    return [ended] if ended is not None else []

@@ -11,8 +11,9 @@ Order of work, and why each step is safe to repeat after a crash at any point:
 2. allocate the version (``RegistryStore.allocate_version``, under the model's row lock): the
    run's existing version when there is one, so a repeated stage never takes a second number;
 3. copy the model and the scorecard into ``tenants/<t>/models/<model>/<n>/`` (server-side,
-   idempotent), read the registered scorecard back (the registry's copy is the truth the gate
-   judges, whatever the tenant's prefix holds later) and write ``lineage.json``;
+   idempotent) and write ``lineage.json``. The registry's copy is the truth the gate judges,
+   whatever the tenant's prefix holds later: when the copy's ETag is not the one read in 1 (the
+   tenant wrote the file again meanwhile), the registered scorecard is read back and checked;
 4. in one transaction: the version becomes ``registered`` with its scorecard and lineage, and
    the stage's outcome (``version: <n>``) is recorded. That insert is the commit point: from
    then on the stage is done and only its node remains to be completed.
@@ -33,7 +34,8 @@ import asyncpg
 
 from shared import stages as S
 from shared import storage
-from shared.db.registry import RegistryStore, RunRef
+from shared.db.registry import RunRef, VersionChange
+from shared.db.registry_store import RegistryStore
 from shared.errors import NotFound
 from stagectl.outcomes import (
     LINEAGE_FILE,
@@ -45,8 +47,8 @@ from stagectl.outcomes import (
     lineage,
     parse_scorecard,
 )
-from stagectl.recording import Also, commit
-from stagectl.s3_registry import RegistryObjects
+from stagectl.recording import commit
+from stagectl.s3_registry import RegistryObjects, Stored
 from stagectl.workflow import (
     MLFLOW_RUN_LABEL,
     MLFLOW_RUN_PARAMETER,
@@ -126,7 +128,9 @@ async def register(release: Release, *, pool: asyncpg.Pool, objects: RegistryObj
     try:
         model_artifact = _located(release, "model_artifact", bucket=objects.bucket)
         scorecard_artifact = _located(release, "scorecard", bucket=objects.bucket)
-        await _check(release, model_artifact, scorecard_artifact, objects=objects, where=where)
+        checked = await _check(
+            release, model_artifact, scorecard_artifact, objects=objects, where=where
+        )
     except (Refused, ScorecardError) as exc:
         return await _record(pool, release, Outcome.failed(S.REGISTER, str(exc)))
 
@@ -141,35 +145,46 @@ async def register(release: Release, *, pool: asyncpg.Pool, objects: RegistryObj
             model_file=_model_file(model_artifact.key),
         )
     prefix = version.prefix
-    await objects.copy(model_artifact.key, prefix + version.model_file)
-    await objects.copy(scorecard_artifact.key, prefix + SCORECARD_FILE)
-    registered = await objects.read(prefix + SCORECARD_FILE, limit=MAX_SCORECARD_BYTES)
-    try:
-        scorecard = parse_scorecard(registered, where=where)
-    except ScorecardError as exc:
-        # It changed between the check and the copy: nothing valid to register.
-        await objects.delete_prefix(prefix)
-
-        async def abandon(store: RegistryStore) -> None:
-            await store.set_state(
-                version.model_id, version.number, "abandoned", only_from=("registering",)
+    await objects.copy(model_artifact.key, prefix + version.model_file, size=checked.model.size)
+    copied = await objects.copy(
+        scorecard_artifact.key, prefix + SCORECARD_FILE, size=checked.scorecard.size
+    )
+    scorecard = checked.parsed
+    if copied != checked.scorecard.etag:
+        # The tenant's file changed since it was checked: judge what the registry holds.
+        registered, _ = await objects.read(prefix + SCORECARD_FILE, limit=MAX_SCORECARD_BYTES)
+        try:
+            scorecard = parse_scorecard(registered, where=where)
+        except ScorecardError as exc:
+            await objects.delete_prefix(prefix)
+            abandon = VersionChange(
+                version.model_id, version.number, state="abandoned", only_from=("registering",)
             )
-
-        return await _record(pool, release, Outcome.failed(S.REGISTER, str(exc)), abandon)
+            return await _record(pool, release, Outcome.failed(S.REGISTER, str(exc)), abandon)
     doc = _lineage(release, version.number, model_artifact, scorecard_artifact)
     await objects.put_json(prefix + LINEAGE_FILE, doc)
 
-    async def finish(store: RegistryStore) -> None:
-        await store.finish_registration(
-            version.model_id, version.number, scorecard=scorecard, lineage=doc
-        )
-
+    finish = VersionChange(
+        version.model_id,
+        version.number,
+        state="registered",
+        only_from=("registering",),
+        scorecard=scorecard,
+        lineage=doc,
+    )
     outcome = Outcome(
         "Succeeded",
         {S.VERSION: str(version.number)},
         f"registered {release.model} version {version.number}",
     )
     return await _record(pool, release, outcome, finish)
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    parsed: dict[str, Any]  # the scorecard
+    scorecard: Stored
+    model: Stored
 
 
 async def _check(
@@ -179,20 +194,21 @@ async def _check(
     *,
     objects: RegistryObjects,
     where: str,
-) -> None:
+) -> _Checked:
     """Refused (or ScorecardError) unless both artifacts are there and the scorecard is one."""
     try:
-        data = await objects.read(scorecard_artifact.key, limit=MAX_SCORECARD_BYTES)
+        data, scorecard = await objects.read(scorecard_artifact.key, limit=MAX_SCORECARD_BYTES)
     except NotFound:
         raise Refused(f"{where} is not in object storage: write {SCORECARD_FILE} to it") from None
-    parse_scorecard(data, where=where)
+    parsed = parse_scorecard(data, where=where)
     try:
-        await objects.size(model_artifact.key)
+        model = await objects.head(model_artifact.key)
     except NotFound:
         step, name = _reference(release, "model_artifact")
         raise Refused(
             f"the model (artifact {name!r} of step {step!r}) is not in object storage"
         ) from None
+    return _Checked(parsed, scorecard, model)
 
 
 def _lineage(
@@ -217,6 +233,8 @@ def _lineage(
 
 
 async def _record(
-    pool: asyncpg.Pool, release: Release, outcome: Outcome, also: Also | None = None
+    pool: asyncpg.Pool, release: Release, outcome: Outcome, change: VersionChange | None = None
 ) -> Outcome:
-    return await commit(pool, release.ref, S.REGISTER, outcome, tenant=release.tenant, also=also)
+    return await commit(
+        pool, release.ref, S.REGISTER, outcome, tenant=release.tenant, change=change
+    )

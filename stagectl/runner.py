@@ -49,6 +49,7 @@ class Parts:
     pool: asyncpg.Pool
     host_api: ApiClient
     work: StageWork
+    objects: RegistryObjects
 
 
 def assemble(settings: Settings, *, pool: asyncpg.Pool, host_api: ApiClient) -> Parts:
@@ -65,7 +66,7 @@ def assemble(settings: Settings, *, pool: asyncpg.Pool, host_api: ApiClient) -> 
         objects=objects,
         approval_timeout=settings.STAGE_APPROVAL_TIMEOUT,
     )
-    return Parts(settings, pool, host_api, work)
+    return Parts(settings, pool, host_api, work, objects)
 
 
 class Leading:
@@ -126,7 +127,11 @@ async def stagectl_parts(settings: Settings) -> AsyncIterator[Parts]:
     try:
         host_api = await host_client(settings)
         try:
-            yield assemble(settings, pool=pool, host_api=host_api)
+            parts = assemble(settings, pool=pool, host_api=host_api)
+            try:
+                yield parts
+            finally:
+                parts.objects.close()
         finally:
             await host_api.close()
     finally:

@@ -1,8 +1,10 @@
 """The model registry's files in object storage (ARTIFACT_BUCKET), through boto3.
 
-boto3 blocks, so every call runs in a worker thread (``asyncio.to_thread``). Copies are
-server-side (``copy``: a single CopyObject, or a multipart copy above 8 MB), so a model of any
-size never passes through this process. Every write here is idempotent: a copy or a put of the
+boto3 blocks, so every call runs in a worker thread of the adapter's own pool (as many threads
+as boto3 keeps connections: the loop's default pool has a handful on a small node, and a burst
+of registrations would queue behind it). Copies are
+server-side (one CopyObject up to 5 GiB, a multipart copy above), so a model of any size never
+passes through this process. Every write here is idempotent: a copy or a put of the
 same source to the same key gives the same object, which is what lets a register stage that
 crashed half-way simply run again.
 
@@ -14,11 +16,15 @@ reach it, is ``DependencyDown`` (the stage is tried again later); refusals of ou
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import boto3  # type: ignore[import-untyped]
@@ -29,6 +35,19 @@ from shared.errors import ConfigError, DependencyDown, NotFound
 
 _MISSING = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
 _DENIED = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
+CONNECTIONS = 32
+MAX_SINGLE_COPY = 5 * 1024**3  # S3's limit for one CopyObject
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What object storage says of an object: its size and its ETag (for an object written in
+    one part, the MD5 of its bytes: two equal ETags are the same content)."""
+
+    size: int
+    etag: str
+
+
 # Seconds spent waiting for object storage by the stage running in this context.
 _WAITED: ContextVar[list[float] | None] = ContextVar("storage_waited", default=None)
 
@@ -89,39 +108,60 @@ class RegistryObjects:
                 connect_timeout=5,
                 read_timeout=60,
                 retries={"max_attempts": 3, "mode": "standard"},
-                max_pool_connections=32,
+                max_pool_connections=CONNECTIONS,
             ),
         )
+        self._threads = ThreadPoolExecutor(CONNECTIONS, thread_name_prefix="registry-s3")
+
+    def close(self) -> None:
+        """Let the threads go (calls still running finish first)."""
+        self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def _call(self, key: str, function: Any, /, **kwargs: Any) -> Any:
         started = time.perf_counter()
         try:
             with _translated(key):
-                return await asyncio.to_thread(function, **kwargs)
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(
+                    self._threads, functools.partial(function, **kwargs)
+                )
         finally:
             waited = _WAITED.get()
             if waited is not None:
                 waited[0] += time.perf_counter() - started
 
-    async def size(self, key: str) -> int:
-        """The object's size in bytes; NotFound when it is not there."""
+    async def head(self, key: str) -> Stored:
+        """The object's size and ETag; NotFound when it is not there."""
         answer = await self._call(key, self._client.head_object, Bucket=self.bucket, Key=key)
-        return int(answer.get("ContentLength") or 0)
+        return Stored(size=int(answer.get("ContentLength") or 0), etag=str(answer.get("ETag")))
 
-    async def read(self, key: str, *, limit: int) -> bytes:
-        """At most ``limit + 1`` bytes of the object (the caller refuses anything longer)."""
-        answer = await self._call(
-            key, self._client.get_object, Bucket=self.bucket, Key=key, Range=f"bytes=0-{limit}"
-        )
-        body = answer["Body"]
-        try:
-            data: bytes = await self._call(key, body.read)
-        finally:
-            body.close()
-        return data
+    async def read(self, key: str, *, limit: int) -> tuple[bytes, Stored]:
+        """At most ``limit + 1`` bytes of the object (the caller refuses anything longer),
+        and its size and ETag, in one call."""
 
-    async def copy(self, source: str, destination: str) -> None:
-        """Copy ``source`` to ``destination`` inside the bucket, server-side."""
+        def get() -> tuple[bytes, Stored]:
+            answer = self._client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes=0-{limit}")
+            with contextlib.closing(answer["Body"]) as body:
+                data: bytes = body.read()
+            size = str(answer.get("ContentRange") or "").rpartition("/")[2]
+            total = int(size) if size.isdigit() else int(answer.get("ContentLength") or 0)
+            return data, Stored(size=total, etag=str(answer.get("ETag")))
+
+        result: tuple[bytes, Stored] = await self._call(key, get)
+        return result
+
+    async def copy(self, source: str, destination: str, *, size: int) -> str:
+        """Copy ``source`` (``size`` bytes) to ``destination`` inside the bucket, server-side:
+        one CopyObject up to S3's limit for it, a multipart copy above. The copy's ETag."""
+        if size <= MAX_SINGLE_COPY:
+            answer = await self._call(
+                source,
+                self._client.copy_object,
+                CopySource={"Bucket": self.bucket, "Key": source},
+                Bucket=self.bucket,
+                Key=destination,
+            )
+            return str((answer.get("CopyObjectResult") or {}).get("ETag"))
         await self._call(
             source,
             self._client.copy,
@@ -129,6 +169,7 @@ class RegistryObjects:
             Bucket=self.bucket,
             Key=destination,
         )
+        return ""
 
     async def put_json(self, key: str, doc: Any) -> None:
         body = json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n"

@@ -6,7 +6,9 @@
    stage, for that run's pipeline, version, namespace and template; otherwise the attempt is
    logged and audited once and nothing else happens;
 2. the recorded outcome (``stage_outcomes``) when there is one: a stage is done at most once
-   per run, whatever happens to the process;
+   per run, whatever happens to the process. Register looks before its work (which copies
+   files); the others' work only reads, and their commit point answers the outcome recorded
+   before instead of theirs;
 3. otherwise the stage's work, ending with its commit point (``stagectl.recording``);
 4. the node completed with the recorded outcome (``stagectl.argo_nodes``), then the outcome
    marked completed.
@@ -23,7 +25,6 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 import asyncpg
@@ -31,13 +32,8 @@ import asyncpg
 from shared import stages as S
 from shared.argo import ArgoServer
 from shared.db.pipelines import PipelineReader, PipelineRow, VersionRow
-from shared.db.registry import (
-    ApprovalRow,
-    RegistryStore,
-    RunRef,
-    StageOutcome,
-    VersionState,
-)
+from shared.db.registry import ApprovalRow, RunRef, StageOutcome, VersionChange, VersionState
+from shared.db.registry_store import RegistryStore
 from shared.logging import get_logger
 from stagectl import admission, metrics
 from stagectl.argo_nodes import complete
@@ -57,13 +53,7 @@ log = get_logger(__name__)
 
 ACTOR: Final = "stagectl"
 _CACHED: Final = 1024  # pipeline versions kept in memory (immutable rows)
-
-
-@dataclass(frozen=True, slots=True)
-class Completed:
-    """A node this process completed, and the workflow's resourceVersion right after."""
-
-    resource_version: int
+_CLUSTER_ID_TTL: Final = 30.0
 
 
 class StageWork:
@@ -84,6 +74,7 @@ class StageWork:
         self._pipelines = PipelineReader(pool)
         self._versions: OrderedDict[tuple[str, int], tuple[PipelineRow, VersionRow]] = OrderedDict()
         self._refused: set[tuple[str, str]] = set()
+        self._cluster: tuple[str, float] | None = None
         # (run uid, stage) -> the resourceVersion our completion produced: an older copy of the
         # workflow still shows the node waiting and needs nothing more.
         self._completed: OrderedDict[tuple[str, str], int] = OrderedDict()
@@ -94,6 +85,7 @@ class StageWork:
     ) -> None:
         """Do ``waiting``'s stage (once per run) and complete its node. ``seen_at`` is when
         the node was seen waiting (``time.monotonic``): a stage's time is measured from it."""
+        picked_at = time.monotonic()
         run = read_run(workflow)
         if run is None:
             return
@@ -103,29 +95,52 @@ class StageWork:
         release = await self._admit(run, workflow, waiting)
         if release is None:
             return
+        admitted_at = time.monotonic()
         with storage_time() as waited:
-            async with RegistryStore.transaction(self._pool) as store:
-                stored = await store.outcome(run.uid, waiting.stage)
+            stored = None
+            if waiting.stage == S.REGISTER or not waiting.node_id:
+                # Register's work copies files and a node-less cleanup has nothing to complete:
+                # look first. The other stages' work only reads; their commit point answers
+                # the outcome recorded before, if any (one round trip less in a burst).
+                stored = await RegistryStore(self._pool).outcome(run.uid, waiting.stage)
+            if stored is not None and stored.completed_at is not None and not waiting.node_id:
+                return  # done, and there is no node to complete
             outcome = Outcome.from_json(stored.outcome) if stored else None
             if outcome is None:
                 outcome = await self._work(waiting.stage, release)
             if outcome is None:
                 return  # waiting for a person
-            changed = await self._complete(release.ref, waiting.stage, outcome)
+        worked_at = time.monotonic()
+        if not waiting.node_id:  # nothing waits: the outcome is the whole of it
+            await RegistryStore(self._pool).mark_completed(run.uid, waiting.stage)
+            log.info("stage_done_without_node", workflow=run.name, stage=waiting.stage)
+            return
+        changed = await self._complete(release.ref, waiting.stage, outcome)
         if changed:
-            self._measure(release.ref, waiting.stage, outcome, seen_at=seen_at, waited=waited[0])
+            self._measure(
+                release.ref,
+                waiting.stage,
+                outcome,
+                seen_at=seen_at,
+                waited=waited[0],
+                steps={
+                    "queued": picked_at - seen_at,
+                    "admission": admitted_at - picked_at,
+                    "work": worked_at - admitted_at - waited[0],
+                    "argo": changed,
+                },
+            )
 
     async def _admit(
         self, run: RunFacts, workflow: Mapping[str, Any], waiting: WaitingStage
     ) -> Release | None:
         pipeline, version = await self._version(run)
         reason = admission.refusal(run, waiting, pipeline, version)
-        async with RegistryStore.transaction(self._pool) as store:
-            cluster = await store.host_cluster_id()
-            ref = RunRef(cluster, run.namespace, run.name, run.uid)
-            if reason is not None:
+        ref = RunRef(await self._host_cluster_id(), run.namespace, run.name, run.uid)
+        if reason is not None:
+            async with RegistryStore.transaction(self._pool) as store:
                 await self._refuse(store, ref, run, waiting, reason)
-                return None
+            return None
         assert pipeline is not None  # admitted
         assert version is not None
         return Release(
@@ -139,6 +154,14 @@ class StageWork:
             definition=version.definition,
             version_settings=version.settings,
         )
+
+    async def _host_cluster_id(self) -> str:
+        """The host's id in ``clusters``, read again every ``_CLUSTER_ID_TTL`` seconds (it
+        changes once, when the registry lists the host and the watcher adopts its id)."""
+        now = time.monotonic()
+        if self._cluster is None or now - self._cluster[1] > _CLUSTER_ID_TTL:
+            self._cluster = (await RegistryStore(self._pool).host_cluster_id(), now)
+        return self._cluster[0]
 
     async def _version(self, run: RunFacts) -> tuple[PipelineRow | None, VersionRow | None]:
         if run.pipeline_id is None or run.pipeline_version is None:
@@ -201,17 +224,12 @@ class StageWork:
 
     # --- gate -----------------------------------------------------------------------------
     async def _gate(self, release: Release) -> Outcome:
-        async with RegistryStore.transaction(self._pool) as store:
-            version = await store.version_for_run(release.run.uid)
+        gate = release.settings.get("gate")
+        compare = isinstance(gate, Mapping) and bool(gate.get("compare_to_production"))
+        store = RegistryStore(self._pool)
+        version, production = await store.version_with_production(release.run.uid)
+        if not compare:
             production = None
-            gate = release.settings.get("gate")
-            compare = isinstance(gate, Mapping) and gate.get("compare_to_production")
-            if version is not None and compare:
-                model = await store.model(version.model_id)
-                if model is not None and model.production_version not in (None, version.number):
-                    assert model.production_version is not None
-                    current = await store.version(model.id, model.production_version)
-                    production = current.scorecard if current else None
         if version is None or version.scorecard is None:
             message = "this run registered no version to judge"
             return await self._commit(release, S.GATE, Outcome.failed(S.GATE, message))
@@ -222,18 +240,27 @@ class StageWork:
             "Succeeded", verdict.outputs(), f"{message}: {summary}" if summary else message
         )
 
-        async def record(store: RegistryStore) -> None:
-            await store.record_verdict(
-                version.model_id, version.number, passed=verdict.passed, reasons=verdict.reasons
-            )
-
-        return await self._commit(release, S.GATE, outcome, record)
+        state: VersionState = "passed" if verdict.passed else "failed"
+        change = VersionChange(
+            version.model_id,
+            version.number,
+            state=state,
+            only_from=("registered",),  # an archived version keeps its state
+            verdict=state,
+            reasons=verdict.reasons,
+        )
+        return await self._commit(release, S.GATE, outcome, change)
 
     # --- approval -------------------------------------------------------------------------
     async def _approval(self, release: Release) -> Outcome | None:
         async with RegistryStore.transaction(self._pool) as store:
             version = await store.version_for_run(release.run.uid)
-            if version is None or version.state not in ("passed", "approved", "rejected"):
+            if version is None or version.state not in (
+                "passed",
+                "approved",
+                "rejected",
+                "expired",
+            ):
                 approval = None
             else:
                 approval = await store.request_approval(version, expires_in=self._approval_timeout)
@@ -252,12 +279,10 @@ class StageWork:
         if approval.state == "expired":
             state = "expired"
 
-        async def record(store: RegistryStore) -> None:
-            await store.set_state(approval.model_id, approval.version, state, only_from=("passed",))
-
+        change = VersionChange(approval.model_id, approval.version, state, only_from=("passed",))
         detail = {"decided_by": approval.decided_by, "state": approval.state}
         return await commit(
-            self._pool, ref, S.APPROVAL, outcome, tenant=tenant, also=record, detail=detail
+            self._pool, ref, S.APPROVAL, outcome, tenant=tenant, change=change, detail=detail
         )
 
     async def finish_approval(self, run_uid: str) -> None:
@@ -279,8 +304,11 @@ class StageWork:
         )
         if outcome is None:
             return
-        if await self._complete(ref, S.APPROVAL, outcome):
-            self._measure(ref, S.APPROVAL, outcome, seen_at=started, waited=0.0)
+        answered = await self._complete(ref, S.APPROVAL, outcome)
+        if answered:
+            self._measure(
+                ref, S.APPROVAL, outcome, seen_at=started, waited=0.0, steps={"argo": answered}
+            )
 
     async def finish_recorded(self, stored: StageOutcome) -> None:
         """Complete the node of an outcome recorded earlier and never marked completed."""
@@ -290,11 +318,9 @@ class StageWork:
     async def _cleanup(self, release: Release) -> Outcome:
         """What a release that did not complete left behind is removed or marked; the version
         records how its release ended."""
-        async with RegistryStore.transaction(self._pool) as store:
-            version = await store.version_for_run(release.run.uid)
-            expired = await store.expire_pending(
-                release.run.uid, actor=ACTOR, reason=RUN_ENDED_REASON
-            )
+        store = RegistryStore(self._pool)
+        version = await store.version_for_run(release.run.uid)
+        expired = await store.expire_pending(release.run.uid, actor=ACTOR, reason=RUN_ENDED_REASON)
         if expired is not None:
             # Recorded now, so the decision's NOTIFY finds the approval stage done.
             await self._decided(release.ref, expired, tenant=release.tenant)
@@ -310,40 +336,52 @@ class StageWork:
             f"; {removed} partial registry files removed" if removed else ""
         )
 
-        async def record(store: RegistryStore) -> None:
-            if version is None:
-                return
-            await store.set_state(
-                version.model_id, version.number, "abandoned", only_from=("registering",)
+        change = None
+        if version is not None:
+            change = VersionChange(
+                version.model_id,
+                version.number,
+                state="abandoned",
+                only_from=("registering",),
+                release_outcome=ending,
             )
-            await store.set_release_outcome(version.model_id, version.number, ending)
-
         outcome = Outcome("Succeeded", {S.OUTCOME: ending}, message)
-        return await self._commit(release, S.CLEANUP, outcome, record)
+        return await self._commit(release, S.CLEANUP, outcome, change)
 
     # --- shared ---------------------------------------------------------------------------
     async def _commit(
-        self, release: Release, stage: str, outcome: Outcome, also: Any = None
+        self, release: Release, stage: str, outcome: Outcome, change: VersionChange | None = None
     ) -> Outcome:
         return await commit(
-            self._pool, release.ref, stage, outcome, tenant=release.tenant, also=also
+            self._pool, release.ref, stage, outcome, tenant=release.tenant, change=change
         )
 
-    async def _complete(self, ref: RunRef, stage: str, outcome: Outcome) -> bool:
+    async def _complete(self, ref: RunRef, stage: str, outcome: Outcome) -> float:
         """Complete the node with the recorded outcome, then mark the outcome completed.
-        True when this attempt changed the node (False: an earlier one had)."""
+        The seconds the Argo server's calls took when this attempt changed the node; 0.0
+        when an earlier attempt had."""
+        started = time.monotonic()
         version = await complete(self._argo, ref.namespace, ref.name, stage, outcome)
-        async with RegistryStore.transaction(self._pool) as store:
-            await store.mark_completed(ref.uid, stage)
+        answered = time.monotonic() - started
+        await RegistryStore(self._pool).mark_completed(ref.uid, stage)
         key = (ref.uid, stage)
         self._completed[key] = max(version, self._completed.get(key, 0))
         if len(self._completed) > 10 * _CACHED:
             self._completed.popitem(last=False)
-        return version > 0
+        return max(answered, 1e-9) if version > 0 else 0.0
 
     def _measure(
-        self, ref: RunRef, stage: str, outcome: Outcome, *, seen_at: float, waited: float
+        self,
+        ref: RunRef,
+        stage: str,
+        outcome: Outcome,
+        *,
+        seen_at: float,
+        waited: float,
+        steps: dict[str, float] | None = None,
     ) -> None:
+        """Count and log a completed stage: its time from ``seen_at``, less ``waited`` for
+        object storage; ``steps`` break it down (waiting for a worker, the Argo calls)."""
         total = time.monotonic() - seen_at
         own = max(0.0, total - waited)
         metrics.STAGES.labels(stage=stage, phase=outcome.phase).inc()
@@ -360,4 +398,5 @@ class StageWork:
             seconds=round(total, 6),
             storage_seconds=round(waited, 6),
             own_seconds=round(own, 6),
+            **{f"{name}_seconds": round(value, 6) for name, value in (steps or {}).items()},
         )

@@ -48,7 +48,8 @@ class Artifact:
 
 @dataclass(frozen=True, slots=True)
 class WaitingStage:
-    """A platform stage's suspend node that is waiting for the stage controller."""
+    """A platform stage's suspend node that is waiting for the stage controller (``node_id``
+    empty: a stage to do without a node, see ``unhandled_exit``)."""
 
     stage: str
     node_id: str
@@ -165,6 +166,26 @@ def waiting_stages(workflow: Mapping[str, Any]) -> list[WaitingStage]:
             continue
         found.append(WaitingStage(stage=stage, node_id=node_id, node_name=name))
     return sorted(found, key=lambda waiting: waiting.node_name)
+
+
+def unhandled_exit(workflow: Mapping[str, Any]) -> WaitingStage | None:
+    """The cleanup stage of a run that ended without running its exit handler: a terminated run
+    (Argo runs no exit handler then) whose template's exit handler is the platform's. It has no
+    node to complete (``node_id`` is empty); the controller still records how its release ended
+    and removes what it left behind."""
+    metadata = _mapping(workflow.get("metadata"))
+    name = _text(metadata.get("name"))
+    spec = _mapping(workflow.get("spec"))
+    status = _mapping(workflow.get("status"))
+    stored = _mapping(status.get("storedWorkflowTemplateSpec"))
+    if name is None or status.get("phase") not in FINISHED_PHASES:
+        return None
+    if spec.get("shutdown") != "Terminate" or stored.get("onExit") != S.template_name(S.CLEANUP):
+        return None
+    exit_node = stage_node_name(name, S.CLEANUP)
+    if any(_mapping(node).get("name") == exit_node for node in _nodes(workflow).values()):
+        return None
+    return WaitingStage(stage=S.CLEANUP, node_id="", node_name=exit_node)
 
 
 def stage_node_name(workflow_name: str, stage: str) -> str:

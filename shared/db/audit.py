@@ -1,6 +1,7 @@
 """The audit record of every action on a run: ``run_actions`` (actor, time, target, outcome).
 
-Written by the apiserver (stop, terminate, retry, submit) and the compiler (pipeline runs).
+Written by the apiserver (stop, terminate, retry, submit), the compiler (pipeline runs) and the
+stage controller (each stage's outcome, refusals).
 """
 
 from __future__ import annotations
@@ -12,6 +13,12 @@ from typing import Any
 import asyncpg
 
 from shared.db.pool import translate_db_errors
+
+# The columns of an entry, in the order ``record_action`` binds them ($1..$10); the stage
+# controller inserts its entries with the same list, inside the statement of a stage's outcome.
+ACTION_COLUMNS = (
+    "cluster_id, namespace, name, run_uid, tenant, actor, action, parameters, outcome, detail"
+)
 
 
 async def record_action(
@@ -30,8 +37,8 @@ async def record_action(
 ) -> None:
     with translate_db_errors():
         await pool.execute(
-            "INSERT INTO run_actions (cluster_id, namespace, name, run_uid, tenant, actor, action, "
-            "parameters, outcome, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            f"INSERT INTO run_actions ({ACTION_COLUMNS}) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             cluster_id,
             namespace,
             name,

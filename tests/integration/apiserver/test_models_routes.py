@@ -11,7 +11,14 @@ from typing import Any
 import boto3
 import pytest
 
-from shared.db.registry import RegistryReader, RegistryStore, RunRef, VersionRow
+from shared.db.registry import (
+    AuditEntry,
+    RegistryReader,
+    RunRef,
+    VersionChange,
+    VersionRow,
+)
+from shared.db.registry_store import RegistryStore
 from tests.integration.apiserver.conftest import Api, AppFactory, headers
 
 BUCKET = "wm-models"
@@ -58,8 +65,19 @@ async def register(
             model_file="model.tgz",
         )
         lineage = {"run": run(tenant, n).name, "pipeline": {"id": "p1", "version": 2}}
-        await store.finish_registration(
-            row.id, version.number, scorecard=SCORECARD, lineage=lineage
+        await store.record_outcome(
+            run(tenant, n),
+            "register",
+            {"phase": "Succeeded", "outputs": {"version": str(version.number)}},
+            audit=AuditEntry(tenant, "stage_register", "succeeded", {}),
+            change=VersionChange(
+                row.id,
+                version.number,
+                state="registered",
+                only_from=("registering",),
+                scorecard=SCORECARD,
+                lineage=lineage,
+            ),
         )
         found = await store.version(row.id, version.number)
     assert found is not None
@@ -89,7 +107,7 @@ async def call(
 async def actions(api: Api) -> list[dict[str, Any]]:
     rows = await api.pool.fetch(
         "SELECT name, run_uid, tenant, actor, action, outcome, parameters FROM run_actions "
-        "ORDER BY id"
+        "WHERE action NOT LIKE 'stage_%' ORDER BY id"  # the routes' own, not the registration's
     )
     return [dict(row) for row in rows]
 

@@ -290,3 +290,42 @@ async def test_a_registration_cut_short_is_abandoned_by_cleanup(
     numbers = [(v["run_name"], v["number"], v["state"]) for v in await stack.versions()]
     assert numbers[0] == (name, 1, "abandoned")
     assert numbers[1][:2] == (again, 2)
+
+
+async def test_a_new_leader_finishes_what_a_killed_one_started(
+    release_stack: ReleaseStack, stagectl: Stagectl, s3_proxy: HoldingS3
+) -> None:
+    """Two replicas: the leader is killed after recording the register stage's outcome and
+    before completing its node; the other replica takes the lease (after LEASE_DURATION) and
+    completes the node with the recorded outcome."""
+    stack = release_stack
+    holds = StageHolds()
+    stack.data_server.interceptor = holds
+    standby = Stagectl({**stagectl.env, "POD_NAME": "stagectl-1"}, stagectl.log)
+    pipeline = await stack.save()
+    name = await stack.run(pipeline)
+    holds.arm("before", "set", "register")
+    await stagectl.start()
+    await asyncio.wait_for(holds.wait_held(), 60)
+    await standby.start()
+    recorded = await stack.outcome(stack.uid(name), "register")
+    assert recorded is not None
+    await stagectl.kill()
+    holds.release()
+    holds.disarm()
+    try:
+
+        async def done() -> bool:
+            return stack.phase(name) == "Succeeded"
+
+        await eventually(done, within=60, what="the standby did not take over")
+        [version] = await stack.versions()
+        assert version["run_name"] == name
+        register = stack.node(name, "wm-register")
+        assert register is not None
+        assert {p["name"]: p["value"] for p in register["outputs"]["parameters"]} == {
+            "version": recorded["outputs"]["version"]
+        }
+        assert sorted(stack.completions(name).values()) == [1, 1, 1]
+    finally:
+        await standby.stop()

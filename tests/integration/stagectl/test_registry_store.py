@@ -11,12 +11,16 @@ import pytest
 
 from shared.db.registry import (
     APPROVALS_CHANNEL,
+    AuditEntry,
     RegistryReader,
-    RegistryStore,
     RunRef,
+    VersionChange,
     VersionRow,
 )
+from shared.db.registry_store import RegistryStore
 from shared.errors import Conflict, NotFound
+
+AUDIT = AuditEntry(tenant="acme", action="stage_test", outcome="succeeded", detail={})
 
 
 def run(n: int) -> RunRef:
@@ -34,8 +38,16 @@ async def register(pool: asyncpg.Pool, n: int, *, model: str = "churn") -> Versi
             prefix_of=lambda number: f"tenants/acme/models/{model}/{number}/",
             model_file="model.tgz",
         )
-        await store.finish_registration(
-            row.id, version.number, scorecard={"auc": 0.9}, lineage={"run": run(n).name}
+        change = VersionChange(
+            row.id,
+            version.number,
+            state="registered",
+            only_from=("registering",),
+            scorecard={"auc": 0.9},
+            lineage={"run": run(n).name},
+        )
+        await store.record_outcome(
+            run(n), "register", {"phase": "Succeeded"}, audit=AUDIT, change=change
         )
         found = await store.version(row.id, version.number)
     assert found is not None
@@ -61,9 +73,13 @@ async def test_concurrent_registrations_get_distinct_numbers(db: asyncpg.Pool) -
 
 async def test_outcome_recorded_once(db: asyncpg.Pool) -> None:
     store = RegistryStore(db)
-    first, inserted = await store.record_outcome(run(1), "gate", {"phase": "Succeeded"})
-    second, again = await store.record_outcome(run(1), "gate", {"phase": "Failed"})
+    first, inserted = await store.record_outcome(
+        run(1), "gate", {"phase": "Succeeded"}, audit=AUDIT
+    )
+    second, again = await store.record_outcome(run(1), "gate", {"phase": "Failed"}, audit=AUDIT)
     assert (inserted, again) == (True, False)
+    # The audit entry goes with the insert that won, never with the one that lost.
+    assert await db.fetchval("SELECT count(*) FROM run_actions WHERE run_uid = 'uid-1'") == 1
     assert second.outcome == first.outcome == {"phase": "Succeeded"}
     assert [o.stage for o in await store.open_outcomes()] == ["gate"]
     assert await store.open_outcomes(older_than=3600) == []

@@ -4,14 +4,23 @@ gates, waits for approval and cleans up, completing each node through the Argo s
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
+from prometheus_client import generate_latest
 
 from shared.argo import ArgoServer
 from shared.db.registry import RegistryReader
 from sim.argo.server import DATA_ARGO_NAMESPACE, DATA_ARGO_SERVICE
-from tests.integration.stagectl.release_stack import GOOD_SCORECARD, ReleaseStack, eventually
+from tests.integration.stagectl.holding import HoldingS3, registry_copy
+from tests.integration.stagectl.release_stack import (
+    BUCKET,
+    GOOD_SCORECARD,
+    ReleaseStack,
+    eventually,
+    running_controller,
+)
 
 
 def argo(stack: ReleaseStack) -> ArgoServer:
@@ -55,6 +64,10 @@ async def test_a_release_is_registered_gated_and_cleaned_up(controller: ReleaseS
     assert verdict["verdict"] == "passed"
     counts = controller.completions(name)
     assert sorted(counts.values()) == [1, 1, 1]
+    exposed = generate_latest().decode()
+    for stage in ("register", "gate", "cleanup"):
+        assert f'wm_stagectl_stages_total{{phase="Succeeded",stage="{stage}"}}' in exposed
+        assert f'wm_stagectl_stage_seconds_count{{stage="{stage}"}}' in exposed
 
 
 def outputs_of(node: dict[str, object] | None) -> dict[str, object]:
@@ -187,3 +200,64 @@ async def test_the_gate_compares_with_the_production_version(controller: Release
     versions = await controller.versions()
     assert [(v["number"], v["state"]) for v in versions] == [(1, "passed"), (2, "failed")]
     assert "production" in " ".join(versions[1]["reasons"])
+
+
+async def test_a_scorecard_rewritten_while_it_is_copied_is_judged_as_registered(
+    release_stack: ReleaseStack,
+) -> None:
+    """The registry's copy is what counts: the tenant's scorecard was checked, then rewritten
+    (malformed) before the copy into the registry ran, so the copy is read back, refused, and
+    the version abandoned (its files removed)."""
+    stack = release_stack
+    proxy = HoldingS3(stack.moto)
+    await proxy.start()
+    try:
+        proxy.hold = lambda request: (
+            registry_copy(request) and request.path.endswith("eval_scorecard.json")
+        )
+        async with running_controller(stack, S3_ENDPOINT_URL=proxy.url):
+            pipeline = await stack.save()
+            name = await stack.run(pipeline)
+            await asyncio.wait_for(proxy.gate.arrived.wait(), 60)
+            source = next(
+                node
+                for node in stack.workflow(name)["status"]["nodes"].values()
+                if node.get("displayName") == "evaluate"
+            )["outputs"]["artifacts"][0]["s3"]["key"]
+            stack.s3().put_object(Bucket=BUCKET, Key=source, Body=b"not json any more")
+            proxy.hold = None
+            proxy.gate.release(proceed=True)
+            assert await finished(stack, name) == "Failed"
+    finally:
+        await proxy.stop()
+    register = stack.node(name, "wm-register")
+    assert register is not None
+    assert "is not valid JSON" in register["message"]
+    [version] = await stack.versions()
+    assert (version["state"], version["release_outcome"]) == ("abandoned", "abandoned")
+    assert stack.keys(version["prefix"]) == []
+
+
+async def test_a_terminated_release_is_cleaned_up_without_its_exit_handler(
+    controller: ReleaseStack,
+) -> None:
+    """Argo runs no exit handler for a terminated run; the controller still records how the
+    release ended and expires what waits for a decision."""
+    pipeline = await controller.save(approval=True)
+    name = await controller.run(pipeline)
+    uid = await waiting_for_approval(controller, name)
+    await argo(controller).terminate("kubeopera-data-acme", name)
+    assert await finished(controller, name) == "Failed"
+    cleanup = await eventually(lambda: controller.outcome(uid, "cleanup"))
+    assert cleanup["outputs"] == {"outcome": "stopped"}
+    assert controller.node(name, "wm-cleanup") is None
+    row = await controller.pool.fetchrow("SELECT * FROM approvals WHERE run_uid = $1", uid)
+    assert (row["state"], row["reason"]) == ("expired", "the run ended before a decision")
+    [version] = await controller.versions()
+    assert version["release_outcome"] == "stopped"
+
+    async def completed() -> bool:
+        stored = await controller.outcome(uid, "cleanup")
+        return bool(stored and stored["completed"])
+
+    await eventually(completed)

@@ -23,7 +23,7 @@ from compiler.tenants.provisioning import (
 from compiler.tracking.accounts import SECRET_NAME as TRACKING_SECRET
 from shared.config import Settings
 from tests.unit.chart._rbac import RBAC_GROUP, Account, Rbac, Request, binding
-from tests.unit.chart._render import COMPILER, RELEASE, compiler_env, rendered
+from tests.unit.chart._render import COMPILER, RELEASE, STAGECTL, compiler_env, rendered
 
 TENANT = "acme"
 EVENTS = "kubeopera-pipeline-events"
@@ -296,3 +296,29 @@ def test_a_tenants_sensors_may_only_submit_workflows_in_its_namespace() -> None:
     assert not world.allows(
         sensor_of("globex"), Request("create", "argoproj.io", "workflows", DATA)
     )
+
+
+# --- the stage controller ---------------------------------------------------------------------
+def test_the_stage_controller_watches_workflows_and_completes_nodes_through_the_proxy() -> None:
+    """What wm-stagectl calls on the host (its informer, set and resume through the service
+    proxy, its Lease) is granted; writing workflows, templates, pods or Secrets is not."""
+    world = Rbac(rendered())
+    argo = "argoproj.io"
+    for verb in READS:
+        assert world.allows(STAGECTL, Request(verb, argo, "workflows", None, None))
+    proxy = Request(
+        "update", "", "services/proxy", "kubeopera-argo-data", "https:argo-data-server:2746"
+    )
+    assert world.allows(STAGECTL, proxy)
+    lease = Request("update", "coordination.k8s.io", "leases", "workflow-manager", "wm-stagectl")
+    assert world.allows(STAGECTL, lease)
+    for namespace in EVERYWHERE:
+        for verb in WRITES:
+            for group, resource in (
+                (argo, "workflows"),
+                (argo, "workflowtemplates"),
+                ("", "pods"),
+                ("", "secrets"),
+            ):
+                assert not world.allows(STAGECTL, Request(verb, group, resource, namespace, None))
+        assert not world.allows(STAGECTL, Request("get", "", "secrets", namespace, "any"))
