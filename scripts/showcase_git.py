@@ -76,7 +76,7 @@ async def git_showcase(
 
     base = f"{api}/api/v1/data-pipelines"
     body = {
-        "name": "nightly-report",
+        "name": "reports-from-git",
         "definition": {
             "type": "git",
             "repository": url,
