@@ -49,7 +49,7 @@ import structlog  # noqa: E402
 
 from bench._common import scratch_database  # noqa: E402
 from compiler.k8s_objects import KubeObjects  # noqa: E402
-from compiler.pipelines.service import Caller  # noqa: E402
+from compiler.pipelines.ports import Caller  # noqa: E402
 from compiler.runner import assemble  # noqa: E402
 from shared import labels as L  # noqa: E402
 from shared.config import Settings  # noqa: E402

@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._common import scratch_database  # noqa: E402
-from compiler.pipelines.service import Caller  # noqa: E402
+from compiler.pipelines.ports import Caller  # noqa: E402
 from compiler.runner import assemble  # noqa: E402
 from shared.argo import ArgoServer  # noqa: E402
 from shared.config import Settings  # noqa: E402

@@ -37,7 +37,8 @@ from aiohttp import web
 from compiler.automation.service import ScheduleService
 from compiler.automation.webhooks import EventTriggers
 from compiler.gitsync.syncing import GitSync
-from compiler.pipelines.service import Caller, PipelineService
+from compiler.pipelines.ports import Caller
+from compiler.pipelines.service import PipelineService
 from compiler.secrets.service import DataSecretService
 from shared.errors import Invalid, NotFound
 from shared.identifiers import PIPELINE_ID, TENANT_ID, TRIGGER_NAME

@@ -1,23 +1,10 @@
 """`make demo`: the whole system on one machine, on embedded defaults.
 
 Starts two simulated clusters with Argo and a stream of sample runs (`python -m sim`), moto as
-S3 and IAM, creates a demo database, starts every deployable as its own process, then prints
-what happens: each run change as the watcher commits it (the same `NOTIFY runs` feed the
-apiserver's live stream serves), and a summary every 15 seconds. Along the way it reads a
-failed run's step log and retries it, and a tenant saves a data pipeline (its namespace and
-storage user provisioned on first use), has a hostile template refused, runs the pipeline and
-saves a second version; it stores a data secret (listed by name and keys, never a value),
-saves a pipeline whose step reads it, has a reference to a platform Secret refused and cannot
-delete the secret while the pipeline uses it. A model endpoint is registered through the token
-module, served by a stand-in model behind a real nginx configured as ingress-nginx renders
-`auth-url` (checked by inference_auth), and called with a valid, another deployment's and a
-revoked token. A scheduled pipeline fires (scripts/showcase_schedules.py), a webhook trigger's
-event, POSTed with its token, starts a pipeline run (scripts/showcase_triggers.py), a
-Git-defined pipeline follows its branch on a real Git server (scripts/showcase_git.py), and a
-failed run's Slack and PagerDuty messages arrive (scripts/showcase_notifications.py). An ML
-pipeline with a release logs to the real MLflow server as its tenant, its runs are read back
-through /ml-tracking, and its model is registered, gated and approved through /models
-(scripts/showcase_release.py). Ctrl-C stops everything. Logs: .run/demo/*.log.
+S3 and IAM, the real MLflow server, a demo database and every deployable as its own process,
+then prints each run change as the watcher commits it and a summary every 15 seconds, while
+the showcases (scripts/showcase_*.py, one per capability; README.md says what each shows) drive
+the API as a tenant would. Ctrl-C stops everything. Logs: .run/demo/*.log.
 """
 
 from __future__ import annotations
@@ -47,8 +34,7 @@ API_KEY = "demo-api-key"
 MOTO_PORT = 8125
 S3_ENDPOINT = f"http://127.0.0.1:{MOTO_PORT}"
 BUCKET = "demo-artifacts"
-# deployable → (HTTP port, health port)
-DEPLOYABLES = {
+DEPLOYABLES = {  # deployable → (HTTP port, health port)
     "watcher": (None, 8131),
     "apiserver": (8120, 8121),
     "compiler": (8122, 8132),

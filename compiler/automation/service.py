@@ -27,7 +27,7 @@ import asyncpg
 from compiler.automation.schedules import API_VERSION, KIND, cron_workflow, cron_workflow_name
 from compiler.drift import drifted, replacement
 from compiler.k8s_objects import KubeObjects
-from compiler.pipelines.service import Caller, Current
+from compiler.pipelines.ports import Caller, Current
 from shared import labels as L
 from shared.db.audit import record_action
 from shared.db.pipelines import PipelineReader, PipelineStore, VersionRow

@@ -33,7 +33,7 @@ from compiler.automation.sensor_check import (
     sensor_violations,
 )
 from compiler.k8s_objects import KubeObjects
-from compiler.pipelines.service import Caller, Current
+from compiler.pipelines.ports import Caller, Current
 from shared.config import Settings
 from shared.db.audit import record_action
 from shared.db.pipelines import PipelineStore, VersionRow

@@ -33,7 +33,8 @@ from compiler.gitsync import remotes as R
 from compiler.gitsync.remotes import Credentials, GitFailed
 from compiler.gitsync.repositories import GitRepositories
 from compiler.pipelines.definitions import Fetched
-from compiler.pipelines.service import Caller, PipelineService
+from compiler.pipelines.ports import Caller
+from compiler.pipelines.service import PipelineService
 from shared import labels as L
 from shared.db.audit import record_action
 from shared.db.git_sources import GitSourceRow, GitSources

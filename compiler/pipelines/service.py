@@ -36,16 +36,26 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import asyncpg
 
 from compiler.pipelines import definitions
 from compiler.pipelines.compile import StepLimits
 from compiler.pipelines.definitions import Fetched, Rendered, Target
+from compiler.pipelines.ports import (
+    Attachment,
+    Caller,
+    Current,
+    DataSecrets,
+    GitReader,
+    Lint,
+    Objects,
+    Tenants,
+)
 from compiler.pipelines.stamping import identity_labels, template_name
 from compiler.secrets import references, rules
 from shared import labels as L
@@ -59,77 +69,6 @@ log = get_logger(__name__)
 
 ARGO_API_VERSION: Final = "argoproj.io/v1alpha1"
 TEMPLATE_KIND: Final = "WorkflowTemplate"
-
-
-class Objects(Protocol):
-    """The host cluster's objects (``compiler.k8s_objects.KubeObjects``)."""
-
-    async def apply(self, obj: Mapping[str, Any]) -> str: ...
-
-    async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
-
-    async def delete(
-        self, api_version: str, kind: str, namespace: str | None, name: str
-    ) -> bool: ...
-
-    async def list(
-        self,
-        api_version: str,
-        kind: str,
-        namespace: str | None,
-        label_selector: str | None = None,
-    ) -> list[dict[str, Any]]: ...
-
-
-class Tenants(Protocol):
-    """Provisioning on first use (``compiler.tenants.service.TenantProvisioner``)."""
-
-    async def ensure(self, tenant: str) -> None: ...
-
-
-class DataSecrets(Protocol):
-    """The names of a tenant's data secrets (``compiler.secrets.service.DataSecretService``)."""
-
-    async def names(self, tenant: str) -> frozenset[str]: ...
-
-
-Lint = Callable[[str, Mapping[str, Any]], Awaitable[object]]
-
-
-class GitReader(Protocol):
-    """Reads a Git definition's document at its branch's head (``compiler.gitsync``);
-    ``Invalid`` naming what failed (repository, credentials, branch, path, size)."""
-
-    async def read(self, tenant: str, definition: GitDefinition) -> Fetched: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Current:
-    """A pipeline and the version now current: what its attachments follow."""
-
-    tenant: str
-    kind: PipelineKind
-    pipeline_id: str
-    name: str
-    version: VersionRow
-
-    @property
-    def namespace(self) -> str:
-        return f"{L.DATA_NAMESPACE_PREFIX}{self.tenant}"
-
-
-class Attachment(Protocol):
-    """Something a pipeline owns that follows its current version (see the module docstring)."""
-
-    async def attach(self, current: Current) -> None: ...
-
-    async def detach(self, tenant: str, kind: PipelineKind, pipeline_id: str) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    tenant: str
-    actor: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ import asyncpg
 import pytest
 from aiohttp import web
 
-from compiler.pipelines.service import Caller
+from compiler.pipelines.ports import Caller
 from compiler.runner import assemble
 from shared.k8s import client_from_kubeconfig
 from shared.runs import RunRecord

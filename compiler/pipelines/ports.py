@@ -1,0 +1,86 @@
+"""What the pipelines service needs from the outside, and what it hands its attachments: the
+ports ``compiler.runner`` wires (the host's objects, provisioning, the tenant's data secrets,
+Argo's linter, Git) and the caller and current version the other compiler packages see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from compiler.pipelines.definitions import Fetched
+from shared import labels as L
+from shared.db.pipelines import VersionRow
+from shared.pipelines import GitDefinition, PipelineKind
+
+
+class Objects(Protocol):
+    """The host cluster's objects (``compiler.k8s_objects.KubeObjects``)."""
+
+    async def apply(self, obj: Mapping[str, Any]) -> str: ...
+
+    async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    async def delete(
+        self, api_version: str, kind: str, namespace: str | None, name: str
+    ) -> bool: ...
+
+    async def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None,
+        label_selector: str | None = None,
+    ) -> list[dict[str, Any]]: ...
+
+
+class Tenants(Protocol):
+    """Provisioning on first use (``compiler.tenants.service.TenantProvisioner``)."""
+
+    async def ensure(self, tenant: str) -> None: ...
+
+
+class DataSecrets(Protocol):
+    """The names of a tenant's data secrets (``compiler.secrets.service.DataSecretService``)."""
+
+    async def names(self, tenant: str) -> frozenset[str]: ...
+
+
+Lint = Callable[[str, Mapping[str, Any]], Awaitable[object]]
+
+
+class GitReader(Protocol):
+    """Reads a Git definition's document at its branch's head (``compiler.gitsync``);
+    ``Invalid`` naming what failed (repository, credentials, branch, path, size)."""
+
+    async def read(self, tenant: str, definition: GitDefinition) -> Fetched: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Current:
+    """A pipeline and the version now current: what its attachments follow."""
+
+    tenant: str
+    kind: PipelineKind
+    pipeline_id: str
+    name: str
+    version: VersionRow
+
+    @property
+    def namespace(self) -> str:
+        return f"{L.DATA_NAMESPACE_PREFIX}{self.tenant}"
+
+
+class Attachment(Protocol):
+    """Something a pipeline owns that follows its current version (see the module docstring)."""
+
+    async def attach(self, current: Current) -> None: ...
+
+    async def detach(self, tenant: str, kind: PipelineKind, pipeline_id: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    tenant: str
+    actor: str
