@@ -133,6 +133,29 @@ async def test_an_approval_decided_through_the_registry_completes_the_node(
     assert sorted(controller.completions(name).values()) == [1, 1, 1, 1]
 
 
+async def test_a_rejected_approval_completes_the_node_and_ends_the_release(
+    controller: ReleaseStack,
+) -> None:
+    pipeline = await controller.save(approval=True)
+    name = await controller.run(pipeline)
+    await waiting_for_approval(controller, name)
+    model_id = await controller.pool.fetchval("SELECT model_id FROM approvals")
+    await RegistryReader(controller.pool).decide(
+        model_id, name, tenant="acme", approve=False, actor="bob@acme", reason="recall too low"
+    )
+    assert await finished(controller, name) == "Succeeded"
+    assert outputs_of(controller.node(name, "wm-approval")) == {"decision": "rejected"}
+    [version] = await controller.versions()
+    assert (version["state"], version["release_outcome"]) == ("rejected", "rejected")
+    approval = await controller.pool.fetchrow("SELECT state, decided_by, reason FROM approvals")
+    assert dict(approval) == {
+        "state": "rejected",
+        "decided_by": "bob@acme",
+        "reason": "recall too low",
+    }
+    assert sorted(controller.completions(name).values()) == [1, 1, 1, 1]
+
+
 async def test_an_approval_nobody_decides_expires_as_rejected(controller: ReleaseStack) -> None:
     pipeline = await controller.save(approval=True)
     name = await controller.run(pipeline)
