@@ -18,8 +18,8 @@ from inference_auth.cache import TokenCache
 from inference_auth.metrics import CACHE_FLUSHES, LISTENING
 from shared.config import Settings
 from shared.db.inference_tokens import CHANNEL
-from shared.db.pool import connect
-from shared.errors import DependencyDown, WorkflowManagerError
+from shared.db.listening import Listening, listen_forever
+from shared.errors import DependencyDown
 from shared.logging import get_logger
 
 log = get_logger(__name__)
@@ -57,48 +57,36 @@ class TokenListener:
             raise DependencyDown(f"the LISTEN connection for token changes is down {detail}")
 
     async def run(self) -> None:
-        delay = _FIRST_DELAY
-        while True:
-            try:
-                conn = await connect(
-                    self._source, application_name="wm-inference-auth-listen", connect_timeout=5
-                )
-            except WorkflowManagerError:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _MAX_DELAY)
-                continue
-            lost = asyncio.Event()
-            conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
-            try:
-                await conn.add_listener(CHANNEL, self.on_notify)
-            except Exception as exc:  # lost between connect and LISTEN: try again
-                log.warning("token_listen_failed", error=type(exc).__name__)
-                conn.terminate()
-                await asyncio.sleep(delay)
-                continue
-            self._cache.connected()
-            CACHE_FLUSHES.inc()
-            LISTENING.set(1)
-            log.info("token_listen_started")
-            delay = _FIRST_DELAY
-            try:
-                await self._hold(conn, lost)
-            finally:
-                self._cache.disconnected(time.monotonic())
-                LISTENING.set(0)
-                with contextlib.suppress(Exception):
-                    conn.terminate()
-            log.warning("token_listen_lost", consequence="cached tokens served until stale")
+        await listen_forever(
+            self._source,
+            name="token",
+            application_name="wm-inference-auth-listen",
+            channels={CHANNEL: self.on_notify},
+            on_listening=self._listening,
+            on_lost=self._lost,
+            hold=self._hold,
+            first_delay=_FIRST_DELAY,
+            max_delay=_MAX_DELAY,
+        )
 
-    async def _hold(self, conn: Any, lost: asyncio.Event) -> None:
+    def _listening(self) -> None:
+        self._cache.connected()  # flushes: what changed while nobody listened is unknown
+        CACHE_FLUSHES.inc()
+        LISTENING.set(1)
+
+    def _lost(self) -> None:
+        self._cache.disconnected(time.monotonic())
+        LISTENING.set(0)
+
+    async def _hold(self, listened: Listening) -> None:
         """Until the connection is lost, or stops answering (a silently dead peer would
         otherwise keep the cache trusted without hearing anything)."""
-        while not lost.is_set():
+        while not listened.lost.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(lost.wait(), timeout=_PING_PERIOD)
+                await asyncio.wait_for(listened.lost.wait(), timeout=_PING_PERIOD)
                 return
             try:
                 async with asyncio.timeout(_PING_PERIOD):
-                    await conn.fetchval("SELECT 1")
+                    await listened.connection.fetchval("SELECT 1")
             except Exception:
                 return

@@ -22,13 +22,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable
-from typing import Any, Final
+from typing import Any
 
 import asyncpg
 
 from shared import stages as S
 from shared.config import Settings
-from shared.db.pool import connect
+from shared.db.listening import listen_forever
 from shared.db.registry import APPROVALS_CHANNEL
 from shared.db.registry_store import RegistryStore
 from shared.errors import WorkflowManagerError
@@ -36,9 +36,6 @@ from shared.logging import get_logger
 from stagectl.stages import ACTOR, StageWork
 
 log = get_logger(__name__)
-
-_FIRST_DELAY: Final = 0.25
-_MAX_DELAY: Final = 5.0
 
 
 class ApprovalWatch:
@@ -88,30 +85,14 @@ class ApprovalWatch:
             )
 
     async def _listen(self) -> None:
-        delay = _FIRST_DELAY
-        while True:
-            try:
-                conn = await connect(
-                    self._source, application_name="wm-stagectl-listen", connect_timeout=5
-                )
-            except WorkflowManagerError:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _MAX_DELAY)
-                continue
-            lost = asyncio.Event()
-            conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
-            try:
-                await conn.add_listener(APPROVALS_CHANNEL, self.on_notify)
-                self._sweep_now.set()  # what was decided while we were not listening
-                delay = _FIRST_DELAY
-                await lost.wait()
-                log.warning("approvals_listen_lost")
-            except Exception as exc:  # lost between connect and LISTEN: try again
-                log.warning("approvals_listen_failed", error=type(exc).__name__)
-                await asyncio.sleep(delay)
-            finally:
-                with contextlib.suppress(Exception):
-                    conn.terminate()
+        await listen_forever(
+            self._source,
+            name="approvals",
+            application_name="wm-stagectl-listen",
+            channels={APPROVALS_CHANNEL: self.on_notify},
+            # What was decided while we were not listening: the sweep finds it.
+            on_listening=self._sweep_now.set,
+        )
 
     async def _sweep(self) -> None:
         while True:

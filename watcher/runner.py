@@ -28,8 +28,9 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from shared.clusters import plan_targets
 from shared.config import Settings
 from shared.db.clusters import REFRESH_CHANNEL, ClusterStore
+from shared.db.listening import listen_forever
 from shared.db.migrations import apply_migrations
-from shared.db.pool import connect, create_pool, database_ready
+from shared.db.pool import create_pool, database_ready
 from shared.errors import DependencyDown, WorkflowManagerError
 from shared.health import HealthServer
 from shared.k8s import client_from_kubeconfig, host_client, translating
@@ -119,21 +120,16 @@ class Watcher:
 
     async def listen_loop(self) -> None:
         """Hold a LISTEN connection for refresh requests; reconnect when it drops."""
-        while True:
-            try:
-                conn = await connect(self.settings, application_name="wm-watcher-listen")
-            except WorkflowManagerError:
-                await asyncio.sleep(2.0)
-                continue
-            lost = asyncio.Event()
-            conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
-            await conn.add_listener(REFRESH_CHANNEL, lambda *_: self.refresh_requested.set())
-            self.refresh_requested.set()  # a refresh may have been missed while disconnected
-            try:
-                await lost.wait()
-            finally:
-                with contextlib.suppress(Exception):
-                    await conn.close(timeout=2)
+        await listen_forever(
+            self.settings,
+            name="cluster_refresh",
+            application_name="wm-watcher-listen",
+            channels={REFRESH_CHANNEL: lambda *_: self.refresh_requested.set()},
+            # A refresh may have been missed while disconnected.
+            on_listening=self.refresh_requested.set,
+            first_delay=2.0,
+            max_delay=2.0,
+        )
 
     async def retention_pass(self, *, now: datetime | None = None) -> int:
         """Delete finished runs past retention, a small batch at a time, and change-log rows

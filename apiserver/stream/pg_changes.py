@@ -16,7 +16,8 @@ from apiserver.grants.pg_grants import GrantStore
 from apiserver.runs.query import LIST_COLUMNS
 from apiserver.stream.hub import Change
 from shared.config import Settings
-from shared.db.pool import connect, translate_db_errors
+from shared.db.listening import listening as shared_listening
+from shared.db.pool import translate_db_errors
 
 RUNS_CHANNEL = "runs"
 GRANTS_CHANNEL = "access_grants"
@@ -78,20 +79,11 @@ class PgChangeSource:
     async def listening(
         self, wake: asyncio.Event, *, grants_changed: Callable[[str], None]
     ) -> AsyncIterator[asyncio.Event]:
-        conn = await connect(self._dsn, application_name="wm-apiserver-listen")
-        lost = asyncio.Event()
-
         def on_grants(_conn: Any, _pid: int, _channel: str, tenant: str) -> None:
             grants_changed(tenant)
 
-        try:
-            conn.add_termination_listener(lambda _conn: lost.set())
-            with translate_db_errors():
-                await conn.add_listener(RUNS_CHANNEL, lambda *_: wake.set())
-                await conn.add_listener(GRANTS_CHANNEL, on_grants)
-            yield lost
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.close(), 2.0)
-            if not conn.is_closed():
-                conn.terminate()
+        channels = {RUNS_CHANNEL: lambda *_: wake.set(), GRANTS_CHANNEL: on_grants}
+        async with shared_listening(
+            self._dsn, application_name="wm-apiserver-listen", channels=channels
+        ) as listened:
+            yield listened.lost

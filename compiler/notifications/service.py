@@ -46,8 +46,8 @@ from compiler.notifications.retrying import (
 )
 from compiler.secrets.values import SecretGetter, read_data_secret
 from shared.config import Settings
+from shared.db.listening import listening
 from shared.db.notifications import Delivery, FinishedChange, NotificationStore
-from shared.db.pool import connect, translate_db_errors
 from shared.errors import DependencyDown, NotFound, WorkflowManagerError
 from shared.logging import get_logger
 from shared.pipelines import PagerDutyChannel, SlackChannel
@@ -344,18 +344,12 @@ class NotificationSender:
     async def _listening(self) -> AsyncIterator[tuple[asyncio.Event, asyncio.Event]]:
         """A LISTEN connection on ``runs``: (set on every commit of run changes, set when the
         connection is lost)."""
-        wake, lost = asyncio.Event(), asyncio.Event()
-        conn = await connect(self._dsn, application_name="wm-compiler-notify")
-        try:
-            conn.add_termination_listener(lambda _conn: lost.set())
-            with translate_db_errors():
-                await conn.add_listener(RUNS_CHANNEL, lambda *_: wake.set())
-            yield wake, lost
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.close(), 2.0)
-            if not conn.is_closed():
-                conn.terminate()
+        wake = asyncio.Event()
+        channels = {RUNS_CHANNEL: lambda *_: wake.set()}
+        async with listening(
+            self._dsn, application_name="wm-compiler-notify", channels=channels
+        ) as listened:
+            yield wake, listened.lost
 
 
 async def _first(*events: asyncio.Event, within: float) -> None:
