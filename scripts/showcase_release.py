@@ -19,6 +19,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -87,7 +88,10 @@ with mlflow.start_run(run_name="train-fraud") as run:
 
 
 async def start_tracking(state: Path) -> MlflowServer:
-    """The shared MLflow server, as production runs it (basic-auth, NO_PERMISSIONS)."""
+    """The shared MLflow server, as production runs it (basic-auth, NO_PERMISSIONS), on a fresh
+    state: the demo's database is new each time, and an earlier run's auth store would keep
+    its own administrator password (MLflow creates the admin once)."""
+    shutil.rmtree(state, ignore_errors=True)
     server = MlflowServer(state)
     await asyncio.to_thread(server.start)
     return server
