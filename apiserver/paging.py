@@ -1,11 +1,12 @@
-"""The page size every keyset-paginated list takes: one rule for all of them. Purely
-computational."""
+"""The page size and the cursor every keyset-paginated list takes: one rule for all of them.
+Purely computational."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Final
 
+from shared.cursors import CursorCodec, Position
 from shared.errors import Invalid
 
 DEFAULT_LIMIT: Final = 50
@@ -24,3 +25,15 @@ def parse_limit(raw: Sequence[str] | None) -> int:
             details={"parameter": "limit", "value": raw[0][:100]},
         )
     return int(text)
+
+
+def parse_cursor(
+    codec: CursorCodec, raw: Sequence[str] | None, *, bound_to: str, shape: Sequence[type]
+) -> Position | None:
+    """The position ``cursor`` (from its query values) carries: absent → None; given once, the
+    position signed for ``bound_to`` (another list's, tenant's or filters' cursor is refused)."""
+    if not raw:
+        return None
+    if len(raw) > 1:
+        raise Invalid("cursor: may be given once", details={"parameter": "cursor"})
+    return codec.decode(raw[0], bound_to=bound_to, shape=shape)

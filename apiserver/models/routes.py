@@ -24,7 +24,7 @@ from apiserver.actions.routes import Target, audited
 from apiserver.artifacts.routes import object_store, send_object
 from apiserver.auth import Identity, Permission, identity_of
 from apiserver.models.files import SERVED, UNREGISTERED, object_key, served_file
-from apiserver.paging import parse_limit
+from apiserver.paging import parse_cursor, parse_limit
 from apiserver.params import json_body, query_params
 from apiserver.routing import API_PREFIX, PAGE, Param, RouteSpec
 from apiserver.runs.query import iso
@@ -118,12 +118,10 @@ async def list_models(request: web.Request) -> web.Response:
     params = query_params(request, {"limit", "cursor"})
     limit = parse_limit(params.get("limit"))
     bound_to = cursors.binding(request.path, tenant=identity.tenant)
-    after = None
-    if params.get("cursor"):
-        if len(params["cursor"]) > 1:
-            raise Invalid("cursor: may be given once", details={"parameter": "cursor"})
-        position = services.cursors.decode(params["cursor"][0], bound_to=bound_to, shape=(str, str))
-        after = (str(position[0]), str(position[1]))
+    position = parse_cursor(
+        services.cursors, params.get("cursor"), bound_to=bound_to, shape=(str, str)
+    )
+    after = (str(position[0]), str(position[1])) if position else None
     page = await services.registry.page(tenant=identity.tenant, after=after, limit=limit)
     rows = page.rows[:limit]
     cursor = None

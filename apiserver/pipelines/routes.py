@@ -19,7 +19,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from apiserver.auth import Identity, Permission, identity_of
-from apiserver.paging import parse_limit
+from apiserver.paging import parse_cursor, parse_limit
 from apiserver.params import query_params
 from apiserver.routing import API_PREFIX, PAGE, Param, RouteSpec
 from apiserver.runs.query import iso
@@ -60,17 +60,6 @@ def _writer(identity: Identity) -> str:
             details={"parameter": "acting_tenant"},
         )
     return identity.tenant
-
-
-def _after(
-    services: Services, params: Mapping[str, list[str]], *, bound_to: str, shape: tuple[type, ...]
-) -> tuple[int | str, ...] | None:
-    values = params.get("cursor")
-    if not values:
-        return None
-    if len(values) > 1:
-        raise Invalid("cursor: may be given once", details={"parameter": "cursor"})
-    return services.cursors.decode(values[0], bound_to=bound_to, shape=shape)
 
 
 def _pipeline_item(row: PipelineRow) -> dict[str, Any]:
@@ -144,7 +133,9 @@ async def list_pipelines(request: web.Request) -> web.Response:
     if len(text) > MAX_QUERY:
         raise Invalid(f"q: at most {MAX_QUERY} characters", details={"parameter": "q"})
     bound_to = cursors.binding(request.path, tenant=identity.tenant, filters=text)
-    after = _after(services, params, bound_to=bound_to, shape=(str, str))
+    after = parse_cursor(
+        services.cursors, params.get("cursor"), bound_to=bound_to, shape=(str, str)
+    )
     page = await services.pipelines.page(
         _kind(request),
         tenant=identity.tenant,
@@ -216,7 +207,7 @@ async def list_versions(request: web.Request) -> web.Response:
     limit = parse_limit(params.get("limit"))
     pipeline = await _visible(services, identity, request)
     bound_to = cursors.binding(request.path, tenant=identity.tenant)
-    after = _after(services, params, bound_to=bound_to, shape=(int,))
+    after = parse_cursor(services.cursors, params.get("cursor"), bound_to=bound_to, shape=(int,))
     rows = await services.pipelines.versions(
         pipeline.id, before=int(after[0]) if after else None, limit=limit
     )

@@ -17,7 +17,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from apiserver.auth import Identity, Permission, identity_of
-from apiserver.paging import parse_limit
+from apiserver.paging import parse_cursor, parse_limit
 from apiserver.params import query_params
 from apiserver.routing import API_PREFIX, PAGE, Param, RouteSpec
 from apiserver.services import SERVICES, Services
@@ -72,12 +72,9 @@ async def list_secrets(request: web.Request) -> web.Response:
     limit = parse_limit(params.get("limit"))
     bound_to = cursors.binding(request.path, tenant=_tenant(identity))
     query = {"limit": str(limit)}
-    values = params.get("cursor")
-    if values:
-        if len(values) > 1:
-            raise Invalid("cursor: may be given once", details={"parameter": "cursor"})
-        (after,) = services.cursors.decode(values[0], bound_to=bound_to, shape=(str,))
-        query["after"] = str(after)
+    position = parse_cursor(services.cursors, params.get("cursor"), bound_to=bound_to, shape=(str,))
+    if position:
+        query["after"] = str(position[0])
     page = await _forward(request, "GET", "", query=query)
     items = page.get("items") or []
     cursor = None

@@ -16,14 +16,14 @@ from typing import Any, Final
 from aiohttp import web
 
 from apiserver.auth import Identity, Permission, identity_of
-from apiserver.paging import parse_limit
+from apiserver.paging import parse_cursor, parse_limit
 from apiserver.params import query_params
 from apiserver.routing import API_PREFIX, PAGE, Param, RouteSpec
 from apiserver.services import SERVICES, Services
 from apiserver.tracking.views import experiment_of, metric_item, run_item
 from shared import cursors
 from shared.db.experiments import ExperimentRow
-from shared.errors import DependencyDown, Invalid, NotFound
+from shared.errors import DependencyDown, NotFound
 from shared.labels import PIPELINE_KIND_ML
 from shared.mlflow import MlflowClient
 
@@ -52,13 +52,8 @@ def _tracking(services: Services) -> MlflowClient:
 def _page_token(
     services: Services, params: Mapping[str, list[str]], *, bound_to: str
 ) -> str | None:
-    values = params.get("cursor")
-    if not values:
-        return None
-    if len(values) > 1:
-        raise Invalid("cursor: may be given once", details={"parameter": "cursor"})
-    position = services.cursors.decode(values[0], bound_to=bound_to, shape=(str,))
-    return str(position[0])
+    position = parse_cursor(services.cursors, params.get("cursor"), bound_to=bound_to, shape=(str,))
+    return str(position[0]) if position else None
 
 
 def _answer(

@@ -1,4 +1,4 @@
-"""The page size rule every list shares (``apiserver.paging``)."""
+"""The page size and cursor rules every list shares (``apiserver.paging``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apiserver.paging import DEFAULT_LIMIT, MAX_LIMIT, parse_limit
+from apiserver.paging import DEFAULT_LIMIT, MAX_LIMIT, parse_cursor, parse_limit
+from shared.cursors import CursorCodec, cursor_key
 from shared.errors import Invalid
 
 
@@ -34,3 +35,26 @@ def test_anything_else_is_a_400_naming_limit(raw: list[str]) -> None:
 def test_any_query_value_is_a_limit_or_a_400(raw: list[str]) -> None:
     with contextlib.suppress(Invalid):
         assert 1 <= parse_limit(raw) <= MAX_LIMIT
+
+
+CODEC = CursorCodec(cursor_key("the-api-key"))
+
+
+def test_no_cursor_is_the_first_page() -> None:
+    assert parse_cursor(CODEC, None, bound_to="models|acme", shape=(str,)) is None
+    assert parse_cursor(CODEC, [], bound_to="models|acme", shape=(str,)) is None
+
+
+def test_a_cursor_given_once_carries_its_position() -> None:
+    token = CODEC.encode(("churn", "m1"), bound_to="models|acme")
+    position = parse_cursor(CODEC, [token], bound_to="models|acme", shape=(str, str))
+    assert position == ("churn", "m1")
+
+
+def test_a_cursor_given_twice_or_for_another_list_is_refused() -> None:
+    token = CODEC.encode(("churn",), bound_to="models|acme")
+    with pytest.raises(Invalid) as twice:
+        parse_cursor(CODEC, [token, token], bound_to="models|acme", shape=(str,))
+    assert twice.value.details == {"parameter": "cursor"}
+    with pytest.raises(Invalid):
+        parse_cursor(CODEC, [token], bound_to="models|globex", shape=(str,))
