@@ -42,7 +42,7 @@ from shared.identifiers import (
     RESERVED_SECRET_PREFIX,
     TRIGGER_NAME_PATTERN,
 )
-from shared.validation import field_path
+from shared.validation import field_path, invalid_fields
 
 PipelineKind = Literal["data", "ml"]
 
@@ -338,8 +338,7 @@ def parse_body(data: object, kind: PipelineKind | None = None) -> PipelineBody:
         errors = [
             {"field": field_path(error["loc"]), "message": error["msg"]} for error in exc.errors()
         ]
-        summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
-        raise Invalid(f"the pipeline is invalid: {summary}", details={"errors": errors}) from exc
+        raise invalid_fields("the pipeline is invalid", errors) from exc
     if kind is not None:
         check_kind(body, kind)
     return body

@@ -43,7 +43,7 @@ from typing import Final
 
 from cronsim import CronSim, CronSimError
 
-from shared.errors import Invalid
+from shared.validation import invalid_fields
 
 MINUTES_PER_DAY: Final = 24 * 60
 DESCRIPTORS: Final = {
@@ -298,8 +298,7 @@ def check(
                 message = f"together they fire {too_often}: runs can be {_human(gap)} apart"
                 errors.append({"field": "schedule.cron", "message": message})
     if errors:
-        summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
-        raise Invalid(f"the schedule is invalid: {summary}", details={"errors": errors})
+        raise invalid_fields("the schedule is invalid", errors)
     return crons
 
 

@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any, Final
 from compiler.pipelines import expressions
 from compiler.pipelines.spec import PipelineSpec, Step, parameter_value, parse_spec, upstream
 from compiler.pipelines.stamping import RUNS_AS_ANNOTATION, identity_labels, template_name
-from shared.errors import Invalid
 from shared.pipelines import PipelineKind
 from shared.quantity import cpu_millis, memory_bytes
+from shared.validation import invalid_fields
 
 if TYPE_CHECKING:
     from shared.config import Settings
@@ -90,8 +90,7 @@ def compile_wizard(
     pipeline = parse_spec(spec)
     errors = list(_limit_errors(pipeline, limits, kind))
     if errors:
-        summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
-        raise Invalid(f"the pipeline exceeds its limits: {summary}", details={"errors": errors})
+        raise invalid_fields("the pipeline exceeds its limits", errors)
     arguments = []
     for parameter in pipeline.parameters:
         argument: dict[str, Any] = {"name": parameter.name}

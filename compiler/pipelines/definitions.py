@@ -77,6 +77,7 @@ from shared.pipelines import (
     YamlDefinition,
     check_kind,
 )
+from shared.validation import invalid_fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,10 +214,7 @@ def _check_channel_secrets(body: PipelineBody, data_secrets: frozenset[str]) -> 
         if channel.secret not in data_secrets
     ]
     if errors:
-        summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
-        raise Invalid(
-            f"the pipeline's notifications are invalid: {summary}", details={"errors": errors}
-        )
+        raise invalid_fields("the pipeline's notifications are invalid", errors)
 
 
 def _check_trigger_parameters(
@@ -240,8 +238,7 @@ def _check_trigger_parameters(
                     {"field": f"{where}.{name}", "message": "required (no default): map it"}
                 )
     if errors:
-        summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
-        raise Invalid(f"the pipeline's triggers are invalid: {summary}", details={"errors": errors})
+        raise invalid_fields("the pipeline's triggers are invalid", errors)
 
 
 def _kind_violations(document: Mapping[str, Any]) -> list[allowlist.Violation]:
@@ -358,6 +355,5 @@ def run_arguments(
         else:
             arguments.append({"name": name, "value": value})
     if errors:
-        summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
-        raise Invalid(f"the run's parameters are invalid: {summary}", details={"errors": errors})
+        raise invalid_fields("the run's parameters are invalid", errors)
     return arguments

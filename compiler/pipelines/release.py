@@ -30,6 +30,7 @@ from compiler.pipelines.allowlist import Violation
 from shared import stages as S
 from shared.errors import Invalid
 from shared.pipelines import OutputRef, Release
+from shared.validation import invalid_fields
 
 # A step that runs once per item produces one artifact per item: none of them is "the" model.
 _LOOPS: Final = ("withItems", "withParam", "withSequence")
@@ -126,8 +127,7 @@ def check_release(release: Release, document: Mapping[str, Any]) -> None:
     errors = _reference_errors(document, release.model_artifact, "model_artifact")
     errors += _reference_errors(document, release.scorecard, "scorecard")
     if errors:
-        summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors)
-        raise Invalid(f"the release is invalid: {summary}", details={"errors": errors})
+        raise invalid_fields("the release is invalid", errors)
 
 
 def violations(document: Mapping[str, Any]) -> list[Violation]:

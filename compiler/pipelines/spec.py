@@ -34,7 +34,7 @@ from shared.identifiers import (
     RESERVED_SECRET_PREFIX,
 )
 from shared.quantity import cpu_millis, memory_bytes
-from shared.validation import field_path
+from shared.validation import field_path, invalid_fields
 
 API_VERSION: Final = "pipelines.kubeopera.io/v1"
 MAX_STEPS: Final = 300
@@ -257,11 +257,7 @@ class PipelineSpec(_Model):
 
 
 def _invalid(errors: list[dict[str, str]]) -> Invalid:
-    summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
-    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
-    return Invalid(
-        f"the pipeline specification is invalid: {summary}{more}", details={"errors": errors}
-    )
+    return invalid_fields("the pipeline specification is invalid", errors)
 
 
 def parse_spec(data: object) -> PipelineSpec:

@@ -38,6 +38,7 @@ import yaml
 
 from compiler.pipelines.podrules import Walk
 from shared.errors import Invalid
+from shared.validation import invalid_fields
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_ERRORS", "MAX_NODES", "parse_template_yaml"]
 
@@ -386,6 +387,4 @@ def _article(noun: str) -> str:
 
 
 def _invalid(errors: list[dict[str, str]]) -> Invalid:
-    summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
-    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
-    return Invalid(f"the YAML document is invalid: {summary}{more}", details={"errors": errors})
+    return invalid_fields("the YAML document is invalid", errors)

@@ -26,6 +26,7 @@ from typing import Any, Final
 from shared import labels as L
 from shared.errors import Invalid
 from shared.identifiers import DNS_SUBDOMAIN_PATTERN
+from shared.validation import invalid_fields
 
 RESERVED_PREFIX: Final = "kubeopera-"
 MAX_NAME: Final = 253
@@ -115,12 +116,7 @@ def parse_body(body: object) -> dict[str, str]:
         if size > MAX_BYTES:
             errors.append({"field": "data", "message": f"keys and values exceed {MAX_BYTES} bytes"})
     if errors:
-        summary = "; ".join(f"{error['field']}: {error['message']}" for error in errors[:5])
-        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
-        raise Invalid(
-            f"the data secret is invalid: {summary}{more}",
-            details={"parameter": errors[0]["field"], "errors": errors},
-        )
+        raise invalid_fields("the data secret is invalid", errors, parameter=errors[0]["field"])
     return values
 
 
