@@ -225,6 +225,41 @@ async def test_the_gate_compares_with_the_production_version(controller: Release
     assert "production" in " ".join(versions[1]["reasons"])
 
 
+async def test_a_model_released_twice_is_gated_against_the_first_as_production(
+    controller: ReleaseStack,
+) -> None:
+    """register → gate → approval, twice: the second gated against the first, marked production
+    through the registry (promotion arrives with serving), within the allowed regression."""
+    reader = RegistryReader(controller.pool)
+
+    async def released(pipeline: str) -> str:
+        name = await controller.run(pipeline)
+        await waiting_for_approval(controller, name)
+        model_id = await controller.pool.fetchval(
+            "SELECT model_id FROM approvals WHERE run_name = $1", name
+        )
+        await reader.decide(
+            model_id, name, tenant="acme", approve=True, actor="alice@acme", reason="ok"
+        )
+        assert await finished(controller, name) == "Succeeded"
+        assert outputs_of(controller.node(name, "wm-approval")) == {"decision": "approved"}
+        return str(model_id)
+
+    model_id = await released(await controller.save(compare=True, approval=True))
+    await reader.mark_production(model_id, 1)
+    close = json.dumps({"auc": 0.895, "loss": 0.2})  # 0.015 below production: within 0.02
+    await released(await controller.save("churn-2", scorecard=close, compare=True, approval=True))
+    versions = await controller.versions()
+    assert [(v["number"], v["state"], v["release_outcome"]) for v in versions] == [
+        (1, "approved", "completed"),
+        (2, "approved", "completed"),
+    ]
+    assert versions[1]["verdict"] == "passed"
+    # The first had nothing to compare with; the second was compared, and within the margin.
+    assert "no version is in production" in " ".join(versions[0]["reasons"])
+    assert versions[1]["reasons"] == []
+
+
 async def test_a_scorecard_rewritten_while_it_is_copied_is_judged_as_registered(
     release_stack: ReleaseStack,
 ) -> None:
