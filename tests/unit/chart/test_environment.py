@@ -8,6 +8,7 @@ defaults, and each container's environment is compared with that."""
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from typing import Any, get_args
 
@@ -17,7 +18,7 @@ import yaml
 from pydantic import SecretStr
 
 from shared.config import Settings
-from tests.unit._code_reads import AWS_CREDENTIALS, DEPLOYABLES, environment_read_by
+from tests.unit._code_reads import AWS_CREDENTIALS, DEPLOYABLES, ROOT, environment_read_by
 from tests.unit.chart._render import CHART, RELEASE, render, rendered
 
 # The chart's names for the deployables (a Kubernetes name has no '_').
@@ -209,3 +210,24 @@ def test_a_whole_number_reaches_the_process_as_written() -> None:
     )
     settings = Settings(DATABASE_URL="postgresql://u@h/db", **plain)
     assert settings.GIT_FETCH_MAX_BYTES == 33554432
+
+
+def test_the_operations_page_lists_each_deployables_keys_as_the_chart_passes_them() -> None:
+    """docs/operations.md, "Each deployable's Secret": what an operator puts in each Secret."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    section = text.split("## Each deployable's Secret", 1)[1].split("\n## ", 1)[0]
+    documented = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] in reads():
+            required, optional = (set(re.findall(r"`([A-Z0-9_]+)`", c)) for c in cells[1:])
+            documented[cells[0]] = (required, optional)
+    table = _table()["credentials"]
+    expected = {
+        name: (
+            {v for v in variables & credentials() if table[v] == "required"},
+            {v for v in variables & credentials() if table[v] == "optional"},
+        )
+        for name, variables in reads().items()
+    }
+    assert documented == expected
