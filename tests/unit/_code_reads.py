@@ -1,10 +1,10 @@
 """What each deployable reads from its environment, derived from the code.
 
 A deployable reads a variable of ``Settings`` when its own modules, or the shared modules they
-import, read it as an attribute (``settings.HTTP_PORT``); it reads the AWS SDK's keys when one of
-those modules imports the SDK. The documentation's "Used by" column
-(``tests/unit/test_docs_truth.py``) and the chart's table of what each Deployment receives
-(``tests/unit/chart/test_environment.py``) are both checked against this.
+import, read it as an attribute (``settings.HTTP_PORT``) or name it (``settings.require(...)``);
+it reads the AWS SDK's keys when one of those modules imports the SDK. The documentation's "Used
+by" column (``tests/unit/test_docs_truth.py``) and the chart's table of what each Deployment
+receives (``tests/unit/chart/test_environment.py``) are both checked against this.
 """
 
 from __future__ import annotations
@@ -56,16 +56,19 @@ def modules_of(deployable: str) -> frozenset[str]:
 
 
 def _settings_read_in(module: str) -> set[str]:
-    """Settings fields a module reads as attributes (``settings.HTTP_PORT``)."""
+    """Settings fields a module reads as attributes (``settings.HTTP_PORT``) or by name
+    (``settings.require("ARTIFACT_BUCKET")``, ``getattr(settings, name)`` over a tuple of names)."""
     tree = _tree(module)
     if tree is None:
         return set()
     fields = set(Settings.model_fields)
-    return {
-        node.attr
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute) and node.attr in fields
-    }
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in fields:
+            found.add(node.attr)
+        elif isinstance(node, ast.Constant) and node.value in fields:
+            found.add(node.value)
+    return found
 
 
 def _imports_aws_sdk(module: str) -> bool:
