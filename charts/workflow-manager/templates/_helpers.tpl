@@ -59,7 +59,13 @@ plain value, a variable the chart sets, one no deployable (or not this one) read
 {{- fail (printf "env.%s: no deployable reads it" $var) -}}
 {{- end -}}
 {{- end -}}
+{{- $owners := dict -}}
 {{- range $name, $d := .Values.deployables -}}
+{{- $secret := $d.secret | default (printf "%s-%s" $.Release.Name $name) -}}
+{{- if hasKey $owners $secret -}}
+{{- fail (printf "deployables.%s.secret and deployables.%s.secret are both %s: each deployable reads a Secret of its own, holding only its keys" (get $owners $secret) $name $secret) -}}
+{{- end -}}
+{{- $_ := set $owners $secret $name -}}
 {{- range $var, $_ := $d.env | default dict -}}
 {{- if hasKey $table.credentials $var -}}
 {{- fail (printf "deployables.%s.env.%s is a credential: it goes in the deployable's Secret (deployables.%s.secret), never in values" $name $var $name) -}}

@@ -189,6 +189,10 @@ def test_a_variable_set_once_reaches_only_its_readers_and_a_deployables_own_wins
             r"deployables\.inference-auth\.env\.MLFLOW_ADMIN_PASSWORD is a credential",
         ),
         ({"existingSecret": "workflow-manager"}, r"existingSecret is replaced"),
+        (
+            {"deployables": {"inference-auth": {"secret": "wm-apiserver"}}},
+            r"deployables\.apiserver\.secret and deployables\.inference-auth\.secret are both",
+        ),
     ],
 )
 def test_the_chart_refuses_a_credential_as_a_value_and_what_nobody_reads(
