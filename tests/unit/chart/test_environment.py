@@ -87,7 +87,7 @@ def test_the_charts_table_is_what_the_code_reads() -> None:
     }
     actual = {variable: sorted(readers) for variable, readers in table["readers"].items()}
     assert actual == expected, "files/environment.yaml's readers should be:\n" + yaml.safe_dump(
-        {"readers": {v: r for v, r in expected.items()}}, default_flow_style=None, width=100
+        {"readers": expected}, default_flow_style=None, width=100
     )
     assert set(table["credentials"]) == credentials()
     assert set(table["credentials"].values()) <= {"required", "optional"}
