@@ -21,6 +21,7 @@ from pathlib import Path
 
 import asyncpg
 import showcase_git
+from chart_environment import only_what_it_reads, reader_url
 from showcase_schedules import schedules_showcase
 from showcase_secrets import secrets_showcase
 from showcase_stages import showcase_stages  # scripts/ is on the path: this file's folder
@@ -511,7 +512,8 @@ async def main() -> None:
                 env["HTTP_PORT"] = str(http_port)
             if name == "inference_auth":
                 env["ML_SERVING_DOMAIN"] = SERVING_DOMAIN
-            processes[name] = start(name, [python, "-m", name], env)
+                env["DATABASE_URL"] = await reader_url(url)  # its own login role, as in the chart
+            processes[name] = start(name, [python, "-m", name], only_what_it_reads(name, env))
         log("started: 2 simulated clusters with Argo (host, with its data controller for")
         log("         tenants' pipelines, + cluster-1), the cluster registry,")
         log("         and " + ", ".join(DEPLOYABLES) + " (logs in .run/demo/)")

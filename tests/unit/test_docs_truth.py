@@ -8,60 +8,13 @@ contract in ``pyproject.toml``).
 
 from __future__ import annotations
 
-import ast
 import re
 import tomllib
-from functools import cache
-from pathlib import Path
-
-import grimp
 
 from shared.config import Settings
+from tests.unit._code_reads import DEPLOYABLES, ROOT, settings_read_by
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOYABLES = ("watcher", "apiserver", "compiler", "stagectl", "inference_auth")
 PURE_CONTRACT = "Pure modules import no I/O library"
-
-
-def _module_file(module: str) -> Path:
-    path = ROOT.joinpath(*module.split("."))
-    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-
-
-@cache
-def _graph() -> grimp.ImportGraph:
-    return grimp.build_graph(*DEPLOYABLES, "shared", include_external_packages=False)
-
-
-def _settings_read_in(module: str) -> set[str]:
-    """Settings fields a module reads as attributes (``settings.HTTP_PORT``)."""
-    fields = set(Settings.model_fields)
-    path = _module_file(module)
-    if not path.exists():  # a namespace package (shared.db.migrations holds only SQL)
-        return set()
-    tree = ast.parse(path.read_text())
-    return {
-        node.attr
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute) and node.attr in fields
-    }
-
-
-@cache
-def settings_read_by() -> dict[str, set[str]]:
-    """Variable → deployables whose own modules, or the shared modules they import, read it."""
-    graph = _graph()
-    read_by: dict[str, set[str]] = {}
-    for deployable in DEPLOYABLES:
-        own = {m for m in graph.modules if m == deployable or m.startswith(f"{deployable}.")}
-        reached = set(own)
-        for module in own:
-            reached |= {m for m in graph.find_upstream_modules(module) if m.startswith("shared")}
-        reached.discard("shared.config")  # where the fields are declared, not read
-        for module in reached:
-            for name in _settings_read_in(module):
-                read_by.setdefault(name, set()).add(deployable)
-    return read_by
 
 
 def _spec_table_rows() -> list[tuple[list[str], str]]:

@@ -9,3 +9,103 @@ compiler learns it as TENANT_CLUSTER_ROLE_PREFIX (deployments.yaml). */}}
 {{- define "wm.tenantRolePrefix" -}}
 {{ .Release.Name }}-tenant-
 {{- end -}}
+
+{{/* What each deployable reads (files/environment.yaml): readers, credentials, chart. */}}
+{{- define "wm.environment" -}}
+{{ .Files.Get "files/environment.yaml" }}
+{{- end -}}
+
+{{/* The variables the chart sets itself, as env entries without their name. Called with
+(list $ <deployable>). */}}
+{{- define "wm.chartEnv" -}}
+{{- $root := index . 0 -}}
+POD_NAME: {valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+POD_NAMESPACE: {valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+# Whom and what the compiler binds in each tenant namespace (rbac.yaml).
+COMPILER_SERVICE_ACCOUNT: {value: {{ printf "%s-compiler" $root.Release.Name | quote }}}
+TENANT_CLUSTER_ROLE_PREFIX: {value: {{ include "wm.tenantRolePrefix" $root | quote }}}
+# Where tenants' event sources and sensors go, and their webhooks' public host.
+EVENTS_NAMESPACE: {value: {{ $root.Values.events.namespace | quote }}}
+{{- if $root.Values.events.publicHost }}
+EVENTS_PUBLIC_HOST: {value: {{ $root.Values.events.publicHost | quote }}}
+{{- end }}
+# Git sync's fetches: the root filesystem is read-only (the compiler's tmpfs, deployments.yaml).
+GIT_WORKDIR: {value: /var/run/wm-git}
+{{- end -}}
+
+{{/* A plain value as the string a process reads: Helm reads every number of values as a float,
+so a whole one is written as an integer (33554432, not 3.3554432e+07). */}}
+{{- define "wm.envValue" -}}
+{{- if and (kindIs "float64" .) (eq . (float64 (int64 .))) -}}
+{{ int64 . }}
+{{- else -}}
+{{ toString . }}
+{{- end -}}
+{{- end -}}
+
+{{/* Refuses values that would give a deployable what it does not read: a credential as a
+plain value, a variable the chart sets, one no deployable (or not this one) reads. */}}
+{{- define "wm.checkEnvironment" -}}
+{{- $table := include "wm.environment" . | fromYaml -}}
+{{- if .Values.existingSecret -}}
+{{- fail "existingSecret is replaced by one Secret per deployable (deployables.<name>.secret, holding only the keys it reads: docs/operations.md, \"Each deployable's Secret\")" -}}
+{{- end -}}
+{{- range $var, $_ := .Values.env | default dict -}}
+{{- if hasKey $table.credentials $var -}}
+{{- fail (printf "env.%s is a credential: it goes in the Secret of each deployable that reads it (deployables.<name>.secret), never in values" $var) -}}
+{{- else if has $var $table.chart -}}
+{{- fail (printf "env.%s is set by the chart from its own values (docs/configuration.md)" $var) -}}
+{{- else if not (hasKey $table.readers $var) -}}
+{{- fail (printf "env.%s: no deployable reads it" $var) -}}
+{{- end -}}
+{{- end -}}
+{{- $owners := dict -}}
+{{- range $name, $d := .Values.deployables -}}
+{{- $secret := $d.secret | default (printf "%s-%s" $.Release.Name $name) -}}
+{{- if hasKey $owners $secret -}}
+{{- fail (printf "deployables.%s.secret and deployables.%s.secret are both %s: each deployable reads a Secret of its own, holding only its keys" (get $owners $secret) $name $secret) -}}
+{{- end -}}
+{{- $_ := set $owners $secret $name -}}
+{{- range $var, $_ := $d.env | default dict -}}
+{{- if hasKey $table.credentials $var -}}
+{{- fail (printf "deployables.%s.env.%s is a credential: it goes in the deployable's Secret (deployables.%s.secret), never in values" $name $var $name) -}}
+{{- else if has $var $table.chart -}}
+{{- fail (printf "deployables.%s.env.%s is set by the chart from its own values (docs/configuration.md)" $name $var) -}}
+{{- else if not (has $name (index $table.readers $var | default list)) -}}
+{{- fail (printf "deployables.%s.env.%s: %s does not read it" $name $var $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A deployable's environment, exactly the variables it reads: each credential from its own
+Secret (one secretKeyRef, the key named as the variable), what the chart sets, and the plain
+values of env with deployables.<name>.env winning. Called with (list $ <deployable>). */}}
+{{- define "wm.env" -}}
+{{- $root := index . 0 -}}
+{{- $name := index . 1 -}}
+{{- $table := include "wm.environment" $root | fromYaml -}}
+{{- $d := index $root.Values.deployables $name -}}
+{{- $secret := $d.secret | default (printf "%s-%s" $root.Release.Name $name) -}}
+{{- $set := include "wm.chartEnv" (list $root $name) | fromYaml -}}
+{{- $plain := merge (deepCopy ($d.env | default dict)) (deepCopy ($root.Values.env | default dict)) -}}
+{{- $env := list -}}
+{{- range $var, $readers := $table.readers -}}
+{{- if has $name $readers -}}
+{{- if hasKey $table.credentials $var -}}
+{{- $ref := dict "name" $secret "key" $var -}}
+{{- if eq (index $table.credentials $var) "optional" -}}
+{{- $_ := set $ref "optional" true -}}
+{{- end -}}
+{{- $env = append $env (dict "name" $var "valueFrom" (dict "secretKeyRef" $ref)) -}}
+{{- else if has $var $table.chart -}}
+{{- if hasKey $set $var -}}
+{{- $env = append $env (merge (dict "name" $var) (index $set $var)) -}}
+{{- end -}}
+{{- else if hasKey $plain $var -}}
+{{- $env = append $env (dict "name" $var "value" (include "wm.envValue" (index $plain $var))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $env -}}
+{{- end -}}
