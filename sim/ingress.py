@@ -36,6 +36,9 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from shared.config import Settings
+from shared.inference_routes import inference_ingress
+from shared.inference_tokens import DeploymentRef, endpoint_host
 from sim.ports import free_port
 
 AUTH_PATH = "/internal/v1/inference-auth"
@@ -78,6 +81,30 @@ def sites_from_ingress(ingress: Mapping[str, Any], *, backends: Mapping[str, str
             service = path["backend"]["service"]
             backend = backends[f"{service['name']}:{service['port']['number']}"]
             sites.append(Site(rule["host"], backend, auth_url, tuple(headers)))
+    return sites
+
+
+def deployment_sites(
+    refs: Sequence[DeploymentRef], *, domain: str, backend: str, auth_url: str | None = None
+) -> list[Site]:
+    """The sites of the deployments' Ingress objects as the platform writes them
+    (`inference_ingress`, `auth_url` by default `INFERENCE_AUTH_URL`'s default), every one
+    served by the model server at `backend` ("127.0.0.1:<port>")."""
+    url = auth_url or Settings.model_fields["INFERENCE_AUTH_URL"].default
+    sites: list[Site] = []
+    for ref in refs:
+        service = f"{ref.model}-{ref.environment}-predictor"
+        ingress = inference_ingress(
+            ref,
+            host=endpoint_host(
+                tenant=ref.tenant, model=ref.model, environment=ref.environment, domain=domain
+            ),
+            auth_url=url,
+            namespace=f"tenant-{ref.tenant}",
+            service=service,
+            port=80,
+        )
+        sites += sites_from_ingress(ingress, backends={f"{service}:80": backend})
     return sites
 
 
@@ -377,7 +404,7 @@ def empty_handler() -> web.Application:
         return web.Response()
 
     app = web.Application()
-    app.router.add_get(AUTH_PATH, empty)
+    app.router.add_get(AUTH_PATH + "{route:(/.*)?}", empty)
     return app
 
 

@@ -21,19 +21,16 @@ import aiohttp
 import asyncpg
 import pytest
 
-from shared.config import Settings
 from shared.db.inference_tokens import TokenStore
-from shared.inference_routes import inference_ingress
 from shared.inference_tokens import DeploymentRef, endpoint_host
 from sim.ingress import (
     CALLS,
     BackendCalls,
     ExternalAuth,
     Nginx,
-    Site,
+    deployment_sites,
     free_port,
     model_backend,
-    sites_from_ingress,
 )
 from sim.ingress import start_app as start_web_app
 from tests.integration.faults import CuttableProxy
@@ -162,25 +159,15 @@ async def stack(
     logs: list[Path] = []
     try:
         store = TokenStore(db)
-        sites: list[Site] = []
-        auth_url = Settings.model_fields["INFERENCE_AUTH_URL"].default
         for tenant, model, environment in DEPLOYMENTS:
             await store.register_deployment(
                 tenant=tenant, model=model, environment=environment, domain=DOMAIN
             )
-            ref = DeploymentRef(tenant=tenant, model=model, environment=environment)
-            ingress = inference_ingress(
-                ref,
-                host=endpoint_host(
-                    tenant=tenant, model=model, environment=environment, domain=DOMAIN
-                ),
-                auth_url=auth_url,
-                namespace=f"tenant-{tenant}",
-                service=f"{model}-{environment}-predictor",
-                port=80,
-            )
-            backend = f"{model}-{environment}-predictor:80"
-            sites += sites_from_ingress(ingress, backends={backend: f"127.0.0.1:{backend_port}"})
+        sites = deployment_sites(
+            [DeploymentRef(*deployment) for deployment in DEPLOYMENTS],
+            domain=DOMAIN,
+            backend=f"127.0.0.1:{backend_port}",
+        )
         for number in range(2):
             http_port, health_port = free_port(), free_port()
             env = {
