@@ -200,6 +200,8 @@ def security_policy(
             ],
             "extAuth": {
                 "failOpen": False,
+                # Envoy sends Host, the method and the path in any case.
+                "headersToExtAuth": ["authorization"],
                 "http": {
                     "backendRefs": [
                         {

@@ -80,6 +80,7 @@ def test_the_security_policy_path_names_the_deployment() -> None:
     ]
     ext_auth = policy["spec"]["extAuth"]
     assert ext_auth["failOpen"] is False
+    assert ext_auth["headersToExtAuth"] == ["authorization"]
     assert ext_auth["http"] == {
         "backendRefs": [
             {
