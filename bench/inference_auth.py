@@ -38,13 +38,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import scratch_database
 from shared.db.inference_tokens import TokenStore
 from shared.db.pool import create_pool
-from shared.inference_tokens import endpoint_host
-from sim.ingress import AUTH_PATH, ExternalAuth, Nginx, Site, free_port
+from shared.inference_routes import deployment_path
+from shared.inference_tokens import DeploymentRef, endpoint_host
+from sim.ingress import ExternalAuth, Nginx, deployment_sites, free_port
 
 REDIS_URL = os.environ.get("WM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
 DOMAIN = "models.bench.test"
 TENANT, MODEL, ENVIRONMENT = "acme", "fraud", "production"
-DEPLOYMENT_HEADER = "X-Inference-Deployment"
+REF = DeploymentRef(tenant=TENANT, model=MODEL, environment=ENVIRONMENT)
+# The check's path as the deployment's Ingress names it in its auth-url.
+ROUTE = deployment_path(REF)
 CONNECTIONS = 32
 PREDICT_PATH = f"/v1/models/{MODEL}:predict"
 POST_SCRIPT = """wrk.method = "POST"
@@ -179,10 +182,8 @@ async def bench(*, quick: bool) -> None:
         python = sys.executable
         nginx = Nginx(
             prefix=state / "nginx",
-            sites=[Site(host, f"127.0.0.1:{model_port}")],
-            auth=ExternalAuth(
-                servers=(f"127.0.0.1:{auth_port}",), response_headers=(DEPLOYMENT_HEADER,)
-            ),
+            sites=deployment_sites([REF], domain=DOMAIN, backend=f"127.0.0.1:{model_port}"),
+            auth=ExternalAuth(servers=(f"127.0.0.1:{auth_port}",)),
             plain_port=free_port(),
         )
         try:
@@ -219,13 +220,13 @@ async def bench(*, quick: bool) -> None:
                 checked.append(await wrk(auth_url, seconds=seconds, headers=client, script=script))
                 handler.append(
                     await wrk(
-                        f"http://127.0.0.1:{auth_port}{AUTH_PATH}", seconds=seconds, headers=direct
+                        f"http://127.0.0.1:{auth_port}{ROUTE}", seconds=seconds, headers=direct
                     )
                 )
                 # The same request, headers included: parsing them is part of the cost.
                 empty.append(
                     await wrk(
-                        f"http://127.0.0.1:{empty_port}{AUTH_PATH}", seconds=seconds, headers=direct
+                        f"http://127.0.0.1:{empty_port}{ROUTE}", seconds=seconds, headers=direct
                     )
                 )
             # Revocation under the load the ratio was measured with.

@@ -5,11 +5,18 @@ SHA-256, a constant-time comparison and a dictionary look-up, and afterwards (th
 again) a slice and a constant-time comparison against the secret that matched; no I/O unless
 its deployment has a rate limit (one Redis round trip). The answers:
 
-- ``allowed`` (200): a valid token of the deployment the original host names;
+- ``allowed`` (200): a valid token of the deployment the route names;
 - ``unauthorized`` (401): no token, a malformed one, an unknown one, a wrong secret, a revoked
   or expired one, or one that cannot be read now (PostgreSQL away and never seen: fail closed);
-- ``forbidden`` (403): a valid token of another deployment (or no original host at all);
+- ``forbidden`` (403): a check whose route names no deployment (before any look-up), a valid
+  token of another deployment, or an original host naming another endpoint than the token's;
 - ``rate_limited`` (429): a limit of the token or its deployment is exceeded this second.
+
+The deployment is the route's (``shared.inference_routes``: the path the platform wrote into
+the Ingress's ``auth-url`` or the SecurityPolicy), never a header the client controls. The
+original host (``X-Original-URL`` or ``Host``) is a second opinion only: when it is a valid
+host name other than the token's endpoint host the answer is 403; absent or malformed, it is
+not asked.
 """
 
 from __future__ import annotations
@@ -57,7 +64,7 @@ _LOOKUP_END: Final = _LOOKUP_START + LOOKUP_ID_LENGTH
 _SECRET_START: Final = _LOOKUP_END + 1
 _CANONICAL_LENGTH: Final = len("Bearer ") + TOKEN_LENGTH
 _MAX_VERIFIED: Final = 200_000
-FORBIDDEN_NO_HOST: Final = Decision(403, "forbidden")
+FORBIDDEN_NO_DEPLOYMENT: Final = Decision(403, "forbidden")
 
 _LOOKUPS = STATS.lookups
 
@@ -90,7 +97,13 @@ class Checker:
             decision = self._decisions[key] = Decision(status, outcome, deployment)
         return decision
 
-    async def check(self, authorization: str | None, host: str | None) -> Decision:
+    async def check(
+        self, authorization: str | None, *, deployment: str | None, host: str | None
+    ) -> Decision:
+        """The decision for a request the route names ``deployment`` (``tenant/model/
+        environment``; None: the route names none) with the original ``host`` (or None)."""
+        if deployment is None:
+            return FORBIDDEN_NO_DEPLOYMENT
         verified = self._verified_before(authorization)
         if verified is not None:
             _LOOKUPS["hit"] += 1
@@ -100,7 +113,7 @@ class Checker:
                 return UNAUTHORIZED
         lookup_id, entry = verified
         now = time.time()
-        decision = self._settled(entry, host, now)
+        decision = self._settled(entry, deployment, host, now)
         if decision is not None:
             return decision
         assert self._guard is not None  # _settled leaves only a limit to ask Redis about
@@ -114,26 +127,36 @@ class Checker:
             return self._decision(429, "rate_limited", entry.deployment)
         return self._decision(200, "allowed", entry.deployment)
 
-    def check_now(self, authorization: str | None, host: str | None) -> Decision | None:
+    def check_now(
+        self, authorization: str | None, *, deployment: str | None, host: str | None
+    ) -> Decision | None:
         """``check`` without waiting, when it needs nothing but memory: a token seen before
         (``_verified_before``) whose deployment and token have no rate limit. None when the
         rest would wait (PostgreSQL, a SHA-256 first sight, Redis): call ``check`` then."""
+        if deployment is None:
+            return FORBIDDEN_NO_DEPLOYMENT
         verified = self._verified_before(authorization)
         if verified is None:
             return None
-        decision = self._settled(verified[1], host, time.time())
+        decision = self._settled(verified[1], deployment, host, time.time())
         if decision is not None:
             _LOOKUPS["hit"] += 1  # else counted by the check that follows
         return decision
 
-    def _settled(self, entry: Entry, host: str | None, now: float) -> Decision | None:
+    def _settled(
+        self, entry: Entry, deployment: str, host: str | None, now: float
+    ) -> Decision | None:
         """The decision for a verified token when no rate limit is to be asked; else None."""
         if now >= entry.not_after:
             return UNAUTHORIZED
-        if host != entry.host and normalise_host(host) != entry.host:
-            if host is None:
-                return FORBIDDEN_NO_HOST
+        if deployment != entry.deployment:
             return self._decision(403, "forbidden", entry.deployment)
+        if host is not None and host != entry.host:
+            # The second opinion: a host naming another endpoint refuses; a malformed one
+            # (or none: HTTP/2 without Host, a proxy that dropped it) is not asked.
+            normal = normalise_host(host)
+            if normal is not None and normal != entry.host:
+                return self._decision(403, "forbidden", entry.deployment)
         if (
             entry.rate_limit is not None or entry.token_rate_limit is not None
         ) and self._guard is not None:

@@ -1,10 +1,11 @@
 """Redis, shared by every replica: rate limits and the negative cache against token guessing.
 
 Rate limits are fixed one-second windows counted by one Lua script (one round trip for the
-token's and the deployment's counter together). Redis is optional for the check: when a call
-fails or times out the guard marks Redis down (``wm_inference_auth_redis_up 0``), every request
-then skips it (no limits, no shared negative cache, no added latency), and a probe loop pings
-it once a second until it answers again.
+token's and the deployment's counter together); only an allowed request is counted, so a
+request refused by one limit spends nothing of the other. Redis is optional for the check:
+when a call fails or times out the guard marks Redis down (``wm_inference_auth_redis_up 0``),
+every request then skips it (no limits, no shared negative cache, no added latency), and a
+probe loop pings it once a second until it answers again.
 """
 
 from __future__ import annotations
@@ -20,14 +21,18 @@ from shared.logging import get_logger
 
 log = get_logger(__name__)
 
+# Check every counter first, then count: a request refused by any limit (the token's own, or
+# the deployment's) spends no budget at all, so a noisy token over its own limit cannot use
+# up its deployment's and starve the other tokens of it. Atomic: a script runs alone.
 _LIMIT_SCRIPT: Final = """
-local limited = 0
 for i, key in ipairs(KEYS) do
-    local count = redis.call('INCR', key)
-    if count == 1 then redis.call('EXPIRE', key, 2) end
-    if count > tonumber(ARGV[i]) then limited = 1 end
+    local count = tonumber(redis.call('GET', key) or '0')
+    if count >= tonumber(ARGV[i]) then return i end
 end
-return limited
+for i, key in ipairs(KEYS) do
+    if redis.call('INCR', key) == 1 then redis.call('EXPIRE', key, 2) end
+end
+return 0
 """
 _PROBE_PERIOD: Final = 1.0
 
@@ -77,8 +82,8 @@ class RedisGuard:
         deployment_limit: int | None,
         window: int,
     ) -> bool:
-        """Count this request in its one-second ``window``; True when a limit is exceeded.
-        False (unlimited) while Redis is down."""
+        """True when a limit is already reached in this one-second ``window``; else count
+        this request against every limit and False. False (unlimited) while Redis is down."""
         if not self.up:
             return False
         keys: list[str] = []

@@ -6,9 +6,9 @@ reads (``Authorization``, ``X-Original-URL``, ``Host``) and answers with precomp
 
 - Keep-alive (HTTP/1.1 unless ``Connection: close``; HTTP/1.0 only when it asks), pipelined
   requests answered in order (a per-connection queue), any method, bodies drained unread.
-- Routes (app.py): ``/internal/v1/inference-auth`` exactly (nginx ``auth_request``; a query
-  string is ignored, the path alone is compared), the prefix ``/internal/v1/inference-auth/``
-  (Envoy ext_authz), anything else 404.
+- Routes (app.py, ``check_route``): ``/internal/v1/inference-auth/<tenant>/<model>/
+  <environment>`` (the deployment the route names; Envoy appends the client's path after it),
+  ``/internal/v1/inference-auth`` itself (names none: 403), anything else 404.
 - Not auth decisions, and never a 5xx: an unparsable request is a 400, a target over
   MAX_URL_BYTES a 414, a header section over MAX_HEADER_BYTES a 431, each then closed.
   Two ``Authorization`` headers are a malformed token (401).
@@ -28,9 +28,10 @@ from typing import Final, cast
 
 import httptools
 
-from inference_auth.app import AUTH_PATH, decide, url_host
+from inference_auth.app import check_route, decide
 from inference_auth.check import UNAUTHORIZED, Checker, Decision
 from inference_auth.metrics import STATS
+from shared.inference_routes import DEPLOYMENT_HEADER, ENVOY_HEADERS_TO_REMOVE, HEADERS_TO_REMOVE
 from shared.logging import get_logger
 
 log = get_logger(__name__)
@@ -41,8 +42,6 @@ IDLE_TIMEOUT: Final = 75.0  # nginx's keepalive_timeout default
 MAX_PENDING: Final = 64  # answers queued on one connection before reading pauses
 LINGER: Final = 2.0  # seconds a closing connection still reads (and drops) what the client sent
 
-_ENVOY_PREFIX: Final = AUTH_PATH.encode() + b"/"
-_AUTH_PATH: Final = AUTH_PATH.encode()
 _REASONS: Final = {
     200: b"OK",
     400: b"Bad Request",
@@ -87,10 +86,20 @@ def _answer(decision: Decision, keep_alive: bool) -> bytes:
             _ALLOWED.clear()
         # A deployment name is a DNS label path; a byte that could end the header is dropped.
         name = decision.deployment.encode("latin-1", "replace").translate(None, b"\r\n")
-        answer = _ALLOWED[key] = _response(
-            200, keep_alive=keep_alive, extra=b"X-Inference-Deployment: %s\r\n" % name
-        )
+        answer = _ALLOWED[key] = _response(200, keep_alive=keep_alive, extra=_allowed_extra(name))
     return answer
+
+
+def _allowed_extra(name: bytes) -> bytes:
+    """A 200's headers: the deployment, and for Envoy the headers to remove from the request
+    it forwards (the bearer token never reaches the model; nginx ignores this one)."""
+    remove = ", ".join(HEADERS_TO_REMOVE).encode()
+    return b"%s: %s\r\n%s: %s\r\n" % (
+        DEPLOYMENT_HEADER.encode(),
+        name,
+        ENVOY_HEADERS_TO_REMOVE.encode(),
+        remove,
+    )
 
 
 class _Reject(Exception):
@@ -234,19 +243,16 @@ class CheckProtocol(asyncio.Protocol):
             return
         started = time.perf_counter()
         keep_alive = self._parser.should_keep_alive() and not self._server.stopping
-        path = self._url
-        query = path.find(b"?")
-        if query >= 0:
-            path = path[:query]
-        if path == _AUTH_PATH:
-            raw_host = self._original_url
-            host = None if raw_host is None else url_host(raw_host.decode("latin-1"))
-        elif path.startswith(_ENVOY_PREFIX):
-            raw_host = self._host
-            host = None if raw_host is None else raw_host.decode("latin-1")
-        else:
+        original_url, raw_host = self._original_url, self._host
+        route = check_route(
+            self._url.decode("latin-1"),
+            original_url=None if original_url is None else original_url.decode("latin-1"),
+            host=None if raw_host is None else raw_host.decode("latin-1"),
+        )
+        if route is None:
             self._respond(_FIXED[404, keep_alive], keep_alive=keep_alive)
             return
+        deployment, host = route
         authorization: str | None = None
         if self._authorizations > 1:
             decision: Decision | None = UNAUTHORIZED  # two tokens: which one is meant?
@@ -254,7 +260,7 @@ class CheckProtocol(asyncio.Protocol):
             if self._authorization is not None:
                 authorization = self._authorization.decode("latin-1")
             try:
-                decision = self._checker.check_now(authorization, host)
+                decision = self._checker.check_now(authorization, deployment=deployment, host=host)
             except Exception as exc:  # fail closed, never a 5xx
                 log.warning("inference_auth_check_crashed", error=type(exc).__name__, exc_info=exc)
                 decision = UNAUTHORIZED
@@ -266,7 +272,9 @@ class CheckProtocol(asyncio.Protocol):
         self._queue.append(pending)
         if not keep_alive:
             self._closing = True
-        task = self._loop.create_task(self._decide(pending, authorization, host, started))
+        task = self._loop.create_task(
+            self._decide(pending, authorization, deployment, host, started)
+        )
         self._server.tasks.add(task)
         task.add_done_callback(self._server.tasks.discard)
         self._update_reading()
@@ -274,9 +282,14 @@ class CheckProtocol(asyncio.Protocol):
     # answers
 
     async def _decide(
-        self, pending: _Pending, authorization: str | None, host: str | None, started: float
+        self,
+        pending: _Pending,
+        authorization: str | None,
+        deployment: str | None,
+        host: str | None,
+        started: float,
     ) -> None:
-        decision = await decide(self._checker, authorization, host)
+        decision = await decide(self._checker, authorization, deployment=deployment, host=host)
         STATS.record(decision.outcome, decision.deployment, time.perf_counter() - started)
         pending.answer = _answer(decision, not pending.close)
         self._flush()

@@ -338,7 +338,8 @@ async def inference_showcase(url: str, processes: dict[str, subprocess.Popen[byt
 
     from shared.db.inference_tokens import TokenStore
     from shared.db.pool import create_pool
-    from sim.ingress import ExternalAuth, Nginx, Site, free_port
+    from shared.inference_tokens import DeploymentRef
+    from sim.ingress import ExternalAuth, Nginx, deployment_sites, free_port
 
     async with aiohttp.ClientSession() as http:
         for _ in range(300):
@@ -370,16 +371,19 @@ async def inference_showcase(url: str, processes: dict[str, subprocess.Popen[byt
         revoked = await store.issue(actor="demo", **fraud)
         nginx = Nginx(
             prefix=STATE / "nginx",
-            sites=[Site(host, f"127.0.0.1:{model_port}") for host in hosts],
-            auth=ExternalAuth(
-                servers=(f"127.0.0.1:{DEPLOYABLES['inference_auth'][0]}",),
-                response_headers=("X-Inference-Deployment",),
+            # Each deployment's Ingress as the platform writes it: its auth-url names it.
+            sites=deployment_sites(
+                [DeploymentRef(**deployment) for deployment in (fraud, churn)],
+                domain=SERVING_DOMAIN,
+                backend=f"127.0.0.1:{model_port}",
             ),
+            auth=ExternalAuth(servers=(f"127.0.0.1:{DEPLOYABLES['inference_auth'][0]}",)),
         )
         async with nginx, aiohttp.ClientSession() as http:
             log(
                 f"model endpoint {hosts[0]} (nginx {nginx.url}, auth_request → "
-                "inference_auth, as ingress-nginx renders auth-url; tokens from the token module)"
+                "inference_auth, as ingress-nginx renders the deployment's Ingress: its auth-url "
+                "names the deployment; tokens from the token module)"
             )
 
             async def call(label: str, token: str) -> None:

@@ -1,15 +1,20 @@
 """A real nginx in front of model backends, configured as ingress-nginx renders `auth-url`.
 
-Dev and test only (tests, bench and demo). `render_config` is pure: it writes the directives
+Dev and test only (tests, bench and demo). `sites_from_ingress` reads Ingress objects (those
+`shared.inference_routes.inference_ingress` builds) as ingress-nginx does: each rule's host and
+backend, the `auth-url` and `auth-response-headers` annotations (split, trimmed and validated
+as its `authreq` parser does). `render_config` is pure: it writes the directives
 ingress-nginx's template (`rootfs/etc/nginx/template/nginx.tmpl`, the `$externalAuth` part,
-and `buildAuthLocation` / `buildAuthResponseHeaders` in its template.go) renders for an
-Ingress with `nginx.ingress.kubernetes.io/auth-url` (+ `auth-response-headers`,
-`auth-keepalive`), minus its Lua balancer: an internal `location = /_external-auth-<path>-<type>`
-that proxies a bodiless copy of the request to the auth URL with `X-Original-URL`,
-`X-Original-Method`, the auth service's own `Host` and every client header (so
-`Authorization` arrives), and `auth_request` in the protected location, which passes 401 and
-403 to the client. `Nginx` runs the Debian package's binary unprivileged with a prefix of its
-own (`-p`), in the foreground, on 127.0.0.1; the system nginx service is never used.
+and `buildAuthLocation` / `buildAuthResponseHeaders` in its template.go) renders for such an
+Ingress, minus its Lua balancer: an internal `location = /_external-auth-<path>-<type>`
+that proxies a bodiless copy of the request to the auth URL as written (its path names the
+deployment) with `X-Original-URL`, `X-Original-Method`, the auth service's own `Host` and every
+client header (so `Authorization` arrives), and `auth_request` in the protected location, which
+passes 401 and 403 to the client, then copies each listed response header onto the proxied
+request (`proxy_set_header '<name>' $authHeader<n>`: an `Authorization` the answer lacks is
+set to "", so nginx sends the model none). `Nginx` runs the Debian package's binary
+unprivileged with a prefix of its own (`-p`), in the foreground, on 127.0.0.1; the system
+nginx service is never used.
 `model_backend` is a stand-in model server (KServe's v1 protocol: `POST /v1/models/<m>:predict`).
 """
 
@@ -20,14 +25,20 @@ import base64
 import contextlib
 import os
 import pwd
+import re
 import shutil
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from shared.config import Settings
+from shared.inference_routes import inference_ingress
+from shared.inference_tokens import DeploymentRef, endpoint_host
 from sim.ports import free_port
 
 AUTH_PATH = "/internal/v1/inference-auth"
@@ -36,18 +47,73 @@ AUTH_PATH = "/internal/v1/inference-auth"
 AUTH_SERVICE_HOST = "workflow-manager-inference-auth.workflow-manager.svc"
 
 
+_ANNOTATION = "nginx.ingress.kubernetes.io/"
+_HEADER_NAME = re.compile(r"[a-zA-Z\d\-_]+")  # authreq's ValidHeader
+
+
 @dataclass(frozen=True)
 class Site:
-    """One Ingress rule: a deployment's endpoint host and the model server behind it."""
+    """One Ingress rule: a deployment's endpoint host, the model server behind it, and the
+    Ingress's `auth-url` and `auth-response-headers` (None: the `ExternalAuth` defaults)."""
 
     host: str
     backend: str  # "127.0.0.1:<port>"
+    auth_url: str | None = None
+    auth_response_headers: tuple[str, ...] = ()
+
+
+def sites_from_ingress(ingress: Mapping[str, Any], *, backends: Mapping[str, str]) -> list[Site]:
+    """The sites an Ingress object makes. `backends` maps each `<service>:<port>` it routes to
+    onto `127.0.0.1:<port>` (what the Service's endpoints would be). ValueError for what
+    ingress-nginx would deny (an invalid header name in `auth-response-headers`)."""
+    annotations = ingress.get("metadata", {}).get("annotations", {}) or {}
+    auth_url = annotations.get(_ANNOTATION + "auth-url")
+    headers: list[str] = []
+    for header in str(annotations.get(_ANNOTATION + "auth-response-headers", "")).split(","):
+        header = header.strip()
+        if header:
+            if not _HEADER_NAME.fullmatch(header):
+                raise ValueError(f"auth-response-headers: invalid header {header!r}")
+            headers.append(header)
+    sites = []
+    for rule in ingress["spec"]["rules"]:
+        for path in rule["http"]["paths"]:
+            service = path["backend"]["service"]
+            backend = backends[f"{service['name']}:{service['port']['number']}"]
+            sites.append(Site(rule["host"], backend, auth_url, tuple(headers)))
+    return sites
+
+
+def deployment_sites(
+    refs: Sequence[DeploymentRef], *, domain: str, backend: str, auth_url: str | None = None
+) -> list[Site]:
+    """The sites of the deployments' Ingress objects as the platform writes them
+    (`inference_ingress`, `auth_url` by default `INFERENCE_AUTH_URL`'s default), every one
+    served by the model server at `backend` ("127.0.0.1:<port>")."""
+    url = auth_url or Settings.model_fields["INFERENCE_AUTH_URL"].default
+    sites: list[Site] = []
+    for ref in refs:
+        service = f"{ref.model}-{ref.environment}-predictor"
+        ingress = inference_ingress(
+            ref,
+            host=endpoint_host(
+                tenant=ref.tenant, model=ref.model, environment=ref.environment, domain=domain
+            ),
+            auth_url=url,
+            namespace=f"tenant-{ref.tenant}",
+            service=service,
+            port=80,
+        )
+        sites += sites_from_ingress(ingress, backends={f"{service}:80": backend})
+    return sites
 
 
 @dataclass(frozen=True)
 class ExternalAuth:
-    """The Ingress's auth annotations. `servers` are the inference_auth replicas behind the
-    auth Service (nginx balances over them round-robin, as kube-proxy would)."""
+    """The auth Service behind the Ingresses' `auth-url`: `servers` are the inference_auth
+    replicas (nginx balances over them round-robin, as kube-proxy would). `path` and
+    `response_headers` serve only a site without an `auth_url` of its own (the nginx harness
+    test's stand-in check)."""
 
     servers: tuple[str, ...]
     path: str = AUTH_PATH
@@ -129,6 +195,15 @@ def _server(*, port: int, site: Site, upstream: str, auth: ExternalAuth | None) 
     protect: list[str] = []
     if auth is not None:
         internal = auth_location()
+        auth_path, auth_host = auth.path, AUTH_SERVICE_HOST
+        response_headers = auth.response_headers
+        if site.auth_url is not None:
+            # The Ingress's own auth-url (ingress-nginx: `set $target <auth-url>`, the host
+            # and port replaced by the auth upstream's name with auth-keepalive).
+            parts = urlsplit(site.auth_url)
+            auth_path = parts.path + (f"?{parts.query}" if parts.query else "")
+            auth_host = parts.hostname or AUTH_SERVICE_HOST
+            response_headers = site.auth_response_headers
         lines += [
             f"        location = {internal} {{",
             "            internal;",
@@ -136,7 +211,7 @@ def _server(*, port: int, site: Site, upstream: str, auth: ExternalAuth | None) 
             '            proxy_set_header Content-Length "";',
             '            proxy_set_header X-Forwarded-Proto "";',
             "            proxy_set_header X-Request-ID $req_id;",
-            f"            proxy_set_header Host {AUTH_SERVICE_HOST};",
+            f"            proxy_set_header Host {auth_host};",
             "            proxy_set_header X-Original-URL $scheme://$http_host$request_uri;",
             "            proxy_set_header X-Original-Method $request_method;",
             '            proxy_set_header X-Sent-From "nginx-ingress-controller";',
@@ -152,7 +227,7 @@ def _server(*, port: int, site: Site, upstream: str, auth: ExternalAuth | None) 
             '            proxy_set_header Connection "";',
             "            proxy_ssl_server_name on;",
             "            proxy_pass_request_headers on;",
-            f"            set $target http://inference_auth{auth.path};",
+            f"            set $target http://inference_auth{auth_path};",
             "            proxy_pass $target;",
             "        }",
         ]
@@ -162,15 +237,15 @@ def _server(*, port: int, site: Site, upstream: str, auth: ExternalAuth | None) 
             "            auth_request_set $auth_cookie $upstream_http_set_cookie;",
             "            add_header Set-Cookie $auth_cookie;",
         ]
-        for number, header in enumerate(auth.response_headers):
+        for number, header in enumerate(response_headers):
             variable = _header_variable(header)
             protect += [
                 f"            auth_request_set $authHeader{number} $upstream_http_{variable};",
                 f"            proxy_set_header '{header}' $authHeader{number};",
             ]
-        if auth.response_headers:
+        if response_headers:
             # For the access log: the first response header names the deployment.
-            variable = _header_variable(auth.response_headers[0])
+            variable = _header_variable(response_headers[0])
             protect.append(
                 f"            auth_request_set $auth_deployment $upstream_http_{variable};"
             )
@@ -329,7 +404,7 @@ def empty_handler() -> web.Application:
         return web.Response()
 
     app = web.Application()
-    app.router.add_get(AUTH_PATH, empty)
+    app.router.add_get(AUTH_PATH + "{route:(/.*)?}", empty)
     return app
 
 

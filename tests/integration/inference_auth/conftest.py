@@ -7,7 +7,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 import asyncpg
@@ -70,27 +70,52 @@ class Answer:
     body: bytes
 
 
+_OF_HOST: Final = "of-host"
+
+
+def route_of(host: str | None) -> str | None:
+    """``tenant/model/environment`` of an endpoint host (``<model>-<environment>.<tenant>.
+    ...``), what the platform writes into that host's Ingress; None for any other host."""
+    if host is None:
+        return None
+    labels = host.lower().partition(":")[0].split(".")
+    model, hyphen, environment = labels[0].rpartition("-")
+    if len(labels) < 3 or not hyphen:
+        return None
+    return f"{labels[1]}/{model}/{environment}"
+
+
 @dataclass
 class Instance:
     """One inference_auth served in this process by its runner (``inference_auth.runner.run``)."""
 
-    url: str  # the check (ingress form)
+    url: str  # the check's path without a deployment
     base: str  # http://127.0.0.1:<HTTP_PORT>
     health: str  # http://127.0.0.1:<HEALTH_PORT>
     http: aiohttp.ClientSession
 
     async def check(
-        self, token: str | None, host: str | None, *, envoy_path: str | None = None
+        self,
+        token: str | None,
+        host: str | None,
+        *,
+        route: str | None = _OF_HOST,
+        envoy_path: str | None = None,
     ) -> Answer:
+        """A check as nginx (``X-Original-URL``) or Envoy (``envoy_path``: the client's path
+        appended, ``Host``) sends it, for a route naming deployment ``route`` (by default the
+        one ``host`` names, as its Ingress would; None: the bare path, naming none)."""
+        if route == _OF_HOST:
+            route = route_of(host)
+        url = self.url if route is None else f"{self.url}/{route}"
         headers = {}
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
         if envoy_path is None:
-            url = self.url
             if host is not None:
                 headers["X-Original-URL"] = f"https://{host}/v1/models/m:predict"
         else:
-            url = f"{self.url}{envoy_path}"
+            url = f"{url}{envoy_path}"
             if host is not None:
                 headers["Host"] = host
         async with self.http.get(url, headers=headers) as response:

@@ -1,7 +1,9 @@
 """The stack the through-nginx tests drive: two real `wm-inference-auth` processes (their
 PostgreSQL and Redis each behind a CuttableProxy), a stand-in model server, and one real nginx
-per replica configured as ingress-nginx renders `auth-url` (sim/ingress.py), so a test can
-watch each replica's answer through nginx. ``stack`` is a fixture (imported by the tests)."""
+per replica configured as ingress-nginx renders the deployments' Ingress objects (built by
+`shared.inference_routes.inference_ingress`, each `auth-url` naming its deployment; rendered by
+sim/ingress.py), so a test can watch each replica's answer through nginx. ``stack`` is a
+fixture (imported by the tests)."""
 
 from __future__ import annotations
 
@@ -20,14 +22,30 @@ import asyncpg
 import pytest
 
 from shared.db.inference_tokens import TokenStore
-from shared.inference_tokens import endpoint_host
-from sim.ingress import CALLS, BackendCalls, ExternalAuth, Nginx, Site, free_port, model_backend
+from shared.inference_tokens import DeploymentRef, endpoint_host
+from sim.ingress import (
+    CALLS,
+    BackendCalls,
+    ExternalAuth,
+    Nginx,
+    deployment_sites,
+    free_port,
+    model_backend,
+)
 from sim.ingress import start_app as start_web_app
 from tests.integration.faults import CuttableProxy
 
 DOMAIN = "models.example.test"
 DEPLOYMENT_HEADER = "X-Inference-Deployment"
 ROOT = Path(__file__).resolve().parents[3]
+# (tenant, model, environment) of the deployments behind nginx: the same model name in two
+# tenants, two models of one tenant, one model in two environments.
+DEPLOYMENTS = (
+    ("acme", "fraud", "production"),
+    ("acme", "churn", "production"),
+    ("globex", "fraud", "production"),
+    ("acme", "churn", "staging"),
+)
 
 
 def _through(url: str, port: int) -> str:
@@ -62,6 +80,18 @@ class Stack:
         ):
             await answer.read()
             return answer.status
+
+    async def raw(self, replica: int, request: bytes) -> int:
+        """Send `request` as written (an absolute-form request line, headers a client library
+        would not send) to the replica's nginx; the status it answers."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.replicas[replica].port)
+        try:
+            writer.write(request)
+            await writer.drain()
+            status_line = await asyncio.wait_for(reader.readline(), 10)
+        finally:
+            writer.close()
+        return int(status_line.split()[1])
 
     async def until(self, expected: int, *, host: str, token: str, within: float) -> float:
         """Poll every replica until each answers `expected`; the seconds it took. Fails the
@@ -129,15 +159,15 @@ async def stack(
     logs: list[Path] = []
     try:
         store = TokenStore(db)
-        sites = []
-        for tenant, model in (("acme", "fraud"), ("acme", "churn"), ("globex", "fraud")):
+        for tenant, model, environment in DEPLOYMENTS:
             await store.register_deployment(
-                tenant=tenant, model=model, environment="production", domain=DOMAIN
+                tenant=tenant, model=model, environment=environment, domain=DOMAIN
             )
-            host = endpoint_host(
-                tenant=tenant, model=model, environment="production", domain=DOMAIN
-            )
-            sites.append(Site(host, f"127.0.0.1:{backend_port}"))
+        sites = deployment_sites(
+            [DeploymentRef(*deployment) for deployment in DEPLOYMENTS],
+            domain=DOMAIN,
+            backend=f"127.0.0.1:{backend_port}",
+        )
         for number in range(2):
             http_port, health_port = free_port(), free_port()
             env = {
@@ -155,9 +185,7 @@ async def stack(
             nginx = Nginx(
                 prefix=tmp_path / f"nginx_{number}",
                 sites=sites,
-                auth=ExternalAuth(
-                    servers=(f"127.0.0.1:{http_port}",), response_headers=(DEPLOYMENT_HEADER,)
-                ),
+                auth=ExternalAuth(servers=(f"127.0.0.1:{http_port}",)),
             )
             await nginx.start()
             replicas.append(nginx)

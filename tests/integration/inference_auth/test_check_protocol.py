@@ -12,12 +12,13 @@ import asyncpg
 import pytest
 
 from shared.db.inference_tokens import TokenStore
-from tests.integration.inference_auth.conftest import Instance
+from tests.integration.inference_auth.conftest import Instance, route_of
 
 DOMAIN = "models.example.com"
 CHURN_HOST = "churn-production.acme.models.example.com"
 FRAUD_HOST = "fraud-production.acme.models.example.com"
 PATH = "/internal/v1/inference-auth"
+CHURN_ROUTE = f"{PATH}/acme/churn/production"
 
 Start = Callable[..., Awaitable[Instance]]
 
@@ -36,8 +37,11 @@ class Tokens:
 
 
 def nginx_request(token: str, host: str, *, version: str = "1.1", extra: str = "") -> bytes:
+    """A check as nginx sends it for the Ingress of ``host`` (its auth-url names the
+    deployment ``host`` names)."""
     return (
-        f"GET {PATH} HTTP/{version}\r\nHost: auth\r\nAuthorization: Bearer {token}\r\n"
+        f"GET {PATH}/{route_of(host)} HTTP/{version}\r\nHost: auth\r\n"
+        f"Authorization: Bearer {token}\r\n"
         f"X-Original-URL: https://{host}/v1/models/m:predict\r\n{extra}\r\n"
     ).encode()
 
@@ -219,7 +223,7 @@ async def test_routes_query_and_unknown_paths(
 ) -> None:
     connection = await connect()
     request = nginx_request(tokens.churn, CHURN_HOST).replace(
-        PATH.encode(), PATH.encode() + b"?anything=1", 1
+        CHURN_ROUTE.encode(), CHURN_ROUTE.encode() + b"?anything=1", 1
     )
     await connection.send(request)
     assert (await connection.reply()).status == 200  # the query string is ignored
@@ -235,11 +239,11 @@ async def test_bodies_are_ignored_and_methods_any(
     connection = await connect()
     body = b'{"instances": [[1.0, 2.0]]}'
     envoy = (
-        f"POST {PATH}/v1/models/churn:predict HTTP/1.1\r\nHost: {CHURN_HOST}\r\n"
+        f"POST {CHURN_ROUTE}/v1/models/churn:predict HTTP/1.1\r\nHost: {CHURN_HOST}\r\n"
         f"Authorization: Bearer {tokens.churn}\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode()
     chunked = (
-        f"PUT {PATH}/x HTTP/1.1\r\nHost: {CHURN_HOST}\r\n"
+        f"PUT {CHURN_ROUTE}/x HTTP/1.1\r\nHost: {CHURN_HOST}\r\n"
         f"Authorization: Bearer {tokens.churn}\r\nTransfer-Encoding: chunked\r\n\r\n"
         "5\r\nhello\r\n0\r\n\r\n"
     ).encode()

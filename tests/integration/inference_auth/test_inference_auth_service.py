@@ -23,6 +23,13 @@ HOST = "churn-production.acme.models.example.com"
 OTHER_HOST = "fraud-production.acme.models.example.com"
 
 Start = Callable[..., Awaitable[Instance]]
+CHURN = "acme/churn/production"
+FRAUD = "acme/fraud/production"
+
+
+def _changed(token: str) -> str:
+    """The token with its last character replaced by another (always a different token)."""
+    return token[:-1] + ("x" if token[-1] != "x" else "y")
 
 
 async def _deployments(store: TokenStore, **limits: Any) -> tuple[Deployment, Deployment]:
@@ -56,7 +63,7 @@ async def test_allowed_unauthorized_forbidden(db: asyncpg.Pool, start_instance: 
     # The host as a client may spell it: upper case, a port, a trailing dot.
     assert await service.status(issued.token, "CHURN-production.acme.models.example.com:443") == 200
     assert await service.status(issued.token, HOST + ".") == 200
-    for token in (None, "", "nonsense", new_token()[0], issued.token[:-1] + "x"):
+    for token in (None, "", "nonsense", new_token()[0], _changed(issued.token)):
         response = await service.check(token, HOST)
         assert response.status == 401
         assert response.headers["WWW-Authenticate"] == "Bearer"
@@ -91,13 +98,14 @@ async def test_the_envoy_form_reads_the_original_host(
     assert (await service.check(None, HOST, envoy_path=path)).status == 401
     # Envoy checks with the original method.
     async with service.http.post(
-        f"{service.url}/v1/models/churn:predict",
+        f"{service.url}/{CHURN}/v1/models/churn:predict",
         headers={"Host": HOST, "Authorization": f"Bearer {issued.token}"},
     ) as response:
         assert response.status == 200
-    # The ingress form ignores a client's X-Forwarded-Host and the Host of the subrequest.
+    # The ingress form ignores a client's X-Forwarded-Host and the Host of the subrequest;
+    # X-Original-URL naming another endpoint than the route's refuses (the second opinion).
     async with service.http.get(
-        service.url,
+        f"{service.url}/{CHURN}",
         headers={
             "Authorization": f"Bearer {issued.token}",
             "X-Original-URL": f"https://{OTHER_HOST}/",
@@ -105,6 +113,52 @@ async def test_the_envoy_form_reads_the_original_host(
         },
     ) as response:
         assert response.status == 403
+
+
+async def test_the_route_names_the_deployment_never_the_host(
+    db: asyncpg.Pool, start_instance: Start
+) -> None:
+    """A valid token is checked against the deployment in the check's path, whatever the
+    Host (Envoy) or X-Original-URL (nginx) says; a path naming no deployment is refused."""
+    store = TokenStore(db)
+    await _deployments(store)
+    issued = await store.issue(tenant="acme", model="churn", environment="production", actor="t")
+    service = await start_instance()
+    assert (await service.check(issued.token, HOST, route=CHURN)).status == 200
+    path = "/v1/models/churn:predict"
+    assert (await service.check(issued.token, HOST, route=CHURN, envoy_path=path)).status == 200
+    # Envoy: the route is fraud's, the client's Host churn's.
+    assert (await service.check(issued.token, HOST, route=FRAUD, envoy_path=path)).status == 403
+    # nginx: the auth-url is fraud's, X-Original-URL (the client's Host) churn's.
+    assert (await service.check(issued.token, HOST, route=FRAUD)).status == 403
+    # No deployment named: refused before any look-up, whatever the host.
+    for route in (
+        None,
+        "acme/churn",
+        "acme/churn/",
+        "ACME/churn/production",
+        "acme/churn/production%2F",
+        "acme/churn%2Fproduction",
+        "acme//churn/production",
+        "acme/churn/production:x",
+    ):
+        for envoy_path in (None, path):
+            response = await service.check(issued.token, HOST, route=route, envoy_path=envoy_path)
+            assert response.status == 403, (route, envoy_path)
+            assert "X-Inference-Deployment" not in response.headers
+
+
+async def test_an_allowed_answer_tells_envoy_to_remove_the_token(
+    db: asyncpg.Pool, start_instance: Start
+) -> None:
+    store = TokenStore(db)
+    await _deployments(store)
+    issued = await store.issue(tenant="acme", model="churn", environment="production", actor="t")
+    service = await start_instance()
+    response = await service.check(issued.token, HOST, envoy_path="/v1/models/churn:predict")
+    assert response.status == 200
+    assert response.headers["x-envoy-auth-headers-to-remove"] == "authorization"
+    assert "Authorization" not in response.headers  # what nginx copies onto the request
 
 
 async def _redis_up(service: Instance) -> None:
@@ -136,16 +190,18 @@ async def test_garbage_is_never_a_5xx(db: asyncpg.Pool, start_instance: Start) -
         for url in (service.url, f"{service.url}/x"):
             async with service.http.get(url, headers=headers) as response:
                 assert response.status in (401, 403), (headers, response.status)
-    # A valid token with hostile hosts: refused, never an error.
+    # A valid token with hostile hosts: never an error. The route names the deployment; a
+    # host naming no endpoint is no second opinion (200); without a route it is refused.
     for host in ("user@" + HOST, HOST + ":x", "%00", " " + HOST, HOST + ":99999999"):
-        async with service.http.get(
-            service.url,
-            headers={
-                "Authorization": f"Bearer {issued.token}",
-                "X-Original-URL": f"https://{host}/",
-            },
-        ) as response:
-            assert response.status == 403, host
+        for url, expected in ((service.url, 403), (f"{service.url}/{CHURN}", 200)):
+            async with service.http.get(
+                url,
+                headers={
+                    "Authorization": f"Bearer {issued.token}",
+                    "X-Original-URL": f"https://{host}/",
+                },
+            ) as response:
+                assert response.status == expected, (url, host)
     # Raw bytes no client library would send.
     reader, writer = await asyncio.open_connection("127.0.0.1", int(service.base.rsplit(":")[-1]))
     writer.write(
@@ -283,6 +339,30 @@ async def test_rate_limits_answer_429_with_retry_after(
     await _until(lambda: service.status(issued.token, HOST), 200, within=3.0)
 
 
+async def test_a_token_over_its_own_limit_does_not_spend_its_deployments(
+    db: asyncpg.Pool, start_instance: Start
+) -> None:
+    """A noisy token refused by its own limit leaves the deployment's budget to the others:
+    each round, 40 requests of the noisy token (5 per second allowed) then one of a quiet
+    token (4 in all, within its own 5); the deployment allows 20 per second, so every quiet
+    request is served."""
+    store = TokenStore(db)
+    await _deployments(store, rate_limit=20, token_rate_limit=5)
+    noisy = await store.issue(tenant="acme", model="churn", environment="production", actor="t")
+    quiet = await store.issue(tenant="acme", model="churn", environment="production", actor="t")
+    service = await start_instance()
+    await _redis_up(service)
+    quiet_statuses = []
+    noisy_statuses: list[int] = []
+    for _ in range(4):
+        noisy_statuses += await asyncio.gather(
+            *(service.status(noisy.token, HOST) for _ in range(40))
+        )
+        quiet_statuses.append(await service.status(quiet.token, HOST))
+    assert set(noisy_statuses) == {200, 429}
+    assert quiet_statuses == [200] * 4
+
+
 async def test_unknown_lookup_ids_are_shared_through_redis(
     db: asyncpg.Pool, start_instance: Start, redis_url: str
 ) -> None:
@@ -311,7 +391,7 @@ async def test_any_method_is_checked(db: asyncpg.Pool, start_instance: Start, me
     service = await start_instance()
     async with service.http.request(
         method,
-        service.url,
+        f"{service.url}/{CHURN}",
         headers={"Authorization": f"Bearer {issued.token}", "X-Original-URL": f"http://{HOST}/"},
     ) as response:
         assert response.status == 200
