@@ -77,6 +77,12 @@ class GitServer:
     protocol_v2: bool = True  # False: answer as a server that only speaks protocol v0
     filters: bool = True  # False: a server that ignores a partial clone's filter
     requests: list[Request] = field(default_factory=list)
+    # Fetches: held until ``hold`` is set (when one is given), answered 500 by a broken
+    # upload-pack when ``refuse_fetches``; how many are being served now, and the most at once.
+    hold: asyncio.Event | None = None
+    refuse_fetches: bool = False
+    fetching: int = 0
+    most_fetching: int = 0
     port: int = 0
     ca_file: Path | None = None
     _runner: web.AppRunner | None = None
@@ -188,6 +194,23 @@ class GitServer:
         if user is None and repository not in self.public:
             self.requests.append(Request(request.method, request.path, None, 401, command))
             return web.Response(status=401, headers={"WWW-Authenticate": 'Basic realm="git"'})
+        if command != "fetch":
+            return await self._serve(request, body, user, command)
+        self.fetching += 1
+        self.most_fetching = max(self.most_fetching, self.fetching)
+        try:
+            if self.hold is not None:
+                await self.hold.wait()
+            if self.refuse_fetches:
+                self.requests.append(Request(request.method, request.path, user, 500, command))
+                return web.Response(status=500, text="upload-pack: internal error at 10.1.2.3")
+            return await self._serve(request, body, user, command)
+        finally:
+            self.fetching -= 1
+
+    async def _serve(
+        self, request: web.Request, body: bytes, user: str | None, command: str | None
+    ) -> web.StreamResponse:
         env = {
             "PATH": "/usr/bin:/bin",
             "GIT_PROJECT_ROOT": str(self.root),
