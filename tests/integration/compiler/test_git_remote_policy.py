@@ -29,6 +29,7 @@ from tests.integration.compiler.git_stack import (
     USER,
     allowed,
     git_body,
+    reach,
     store_credentials,
     template,
 )
@@ -204,6 +205,21 @@ async def test_git_connects_to_the_address_checked_and_resolves_nothing_itself(
         assert listed.value.reason == R.UNREACHABLE
     assert git_server.requests == []
     assert list(workdir.iterdir()) == []
+
+
+async def test_the_change_check_refuses_the_same_spellings_before_a_byte_is_sent(
+    git_server: GitServer,
+) -> None:
+    """The poller's own client (aiohttp): a pass over definitions saved before this policy."""
+    commit = git_server.create("etl", {PATH: template()})
+    refs = RefLister(reach=reach(git_server), timeout=10, ca_bundle=str(git_server.ca_file))
+    async with refs.pooled():
+        for host in LOOPBACK:
+            with pytest.raises(GitFailed) as refused:
+                await refs.head(f"https://{host}:{git_server.port}/etl.git", "main", RIGHT)
+            assert refused.value.reason == R.UNREACHABLE, host
+        assert git_server.requests == []
+        assert await refs.head(git_server.repository_url("etl"), "main", RIGHT) == commit
 
 
 FOREIGN = ("fatal", "error:", "curl", "rpc", "http 500", "10.1.2.3", "failed to connect", "port ")
