@@ -96,7 +96,12 @@ class GitCli:
 
         def failed(reason: str, commit: str | None = None, stderr: str = "") -> GitFailed:
             if stderr:  # git's own words are the platform's to read, never the tenant's
-                log.warning("git_read_failed", reason=reason, detail=R.detail(stderr, secrets))
+                log.warning(
+                    "git_read_failed",
+                    repository=repository,
+                    reason=reason,
+                    detail=R.detail(stderr, secrets),
+                )
             message = R.sentence(
                 reason,
                 repository=repository,
@@ -115,8 +120,9 @@ class GitCli:
             return GitFailed(reason, message, commit=commit)
 
         try:
-            pinned = await self._reach.pin(repository)
-        except NotAllowed:
+            async with asyncio.timeout(self._timeout):  # a resolver that never answers
+                pinned = await self._reach.pin(repository)
+        except (NotAllowed, TimeoutError):
             raise failed(R.UNREACHABLE) from None
         with tempfile.TemporaryDirectory(prefix="wm-git-", dir=self._workdir) as home:
             env = self._environment(home, credentials, repository, pinned)

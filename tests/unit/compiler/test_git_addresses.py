@@ -12,6 +12,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from compiler.gitsync.addresses import Endpoint, NotAllowed, RemotePolicy, endpoint
+from compiler.gitsync.reach import Pinned
 from shared.config import PRIVATE_RANGES
 
 PORT = 8443
@@ -241,3 +242,14 @@ def test_a_url_without_a_host_or_with_a_bad_port_is_not_allowed() -> None:
     for url in ("https:///x.git", "https://host:99999/x.git", "https://host:x/x.git"):
         with pytest.raises(NotAllowed):
             endpoint(url)
+
+
+def test_git_is_pinned_by_name_to_the_checked_address_and_never_for_a_literal() -> None:
+    assert Pinned(Endpoint("git.example", 443), "140.82.112.3").curl_resolve() == (
+        "git.example:443:140.82.112.3"
+    )
+    assert Pinned(Endpoint("git.example", 8443), "2a01:4f8::1").curl_resolve() == (
+        "git.example:8443:[2a01:4f8::1]"
+    )
+    assert Pinned(Endpoint("140.82.112.3", 443), "140.82.112.3").curl_resolve() is None
+    assert Pinned(Endpoint("2a01:4f8::1", 443), "2a01:4f8::1").curl_resolve() is None
