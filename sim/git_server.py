@@ -223,13 +223,11 @@ class GitServer:
             "REMOTE_USER": user or "",
             "REMOTE_ADDR": request.remote or "",
             "GIT_PROTOCOL": request.headers.get("Git-Protocol", "") if self.protocol_v2 else "",
-            # As GitHub and GitLab serve: partial clones (a blob filter) and the one blob a
-            # partial clone asks for afterwards.
-            "GIT_CONFIG_COUNT": "2",
+            # As GitHub and GitLab serve: partial clones (a blob filter; protocol v2 then
+            # serves the one blob a partial clone asks for afterwards).
+            "GIT_CONFIG_COUNT": "1",
             "GIT_CONFIG_KEY_0": "uploadpack.allowFilter",
             "GIT_CONFIG_VALUE_0": "true" if self.filters else "false",
-            "GIT_CONFIG_KEY_1": "uploadpack.allowAnySHA1InWant",
-            "GIT_CONFIG_VALUE_1": "true",
         }
         process = await asyncio.create_subprocess_exec(
             HTTP_BACKEND,

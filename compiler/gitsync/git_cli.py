@@ -6,7 +6,10 @@ shallow partial fetch of the branch (depth 1, no tags, ``--filter=blob:none``: t
 its trees only), then the blob at ``path`` is looked up in the trees and fetched alone (git's
 partial clone fetches a missing blob from its promisor remote when it is read), its size read
 first. A repository whose other files are far larger than ``max_fetch_bytes`` still yields its
-one document. A server that ignores the filter sends everything, which the limit below bounds.
+one document. A server that ignores the filter sends everything, and one that will not send a
+blob by its id (protocol v0 without ``uploadpack.allowAnySHA1InWant``) is asked for the tip
+again with every blob smaller than the document's limit (``--refetch --filter=blob:limit``);
+the limit below bounds both.
 The directory is removed afterwards, whatever happened.
 
 What keeps it safe:
@@ -166,14 +169,28 @@ class GitCli:
             # little more, so a document far above the limit is never brought whole.
             before = frozenset(_sizes(repo))
             limit = min(self._max_fetch, self._max_document + _PACK_MARGIN)
-            found = await git(
-                "-C", repo, "cat-file", "--batch-check", stdin=f"{oid}\n".encode(), limit=limit
-            )
+            check = ("-C", repo, "cat-file", "--batch-check")
+            found = await git(*check, stdin=f"{oid}\n".encode(), limit=limit)
             fields = found.stdout.decode(errors="replace").split()
             if found.code != 0 or len(fields) != 3 or fields[1] != "blob":
                 if _largest_file(repo, besides=before) >= limit:
                     raise failed(R.TOO_LARGE, commit)
-                raise failed(R.classify(found.stderr), stderr=found.stderr)
+                # A server that sends no object by its id (protocol v0 without
+                # allowAnySHA1InWant): the tip again with every blob a document could be
+                # (smaller than its limit), as bounded as the first fetch.
+                log.info("git_blob_fetch_refused", repository=repository)
+                again = await git(
+                    "-C", repo, "fetch", "--refetch", "--depth=1", "--no-tags",
+                    f"--filter=blob:limit={self._max_document + 1}", "--quiet",
+                    "--no-write-fetch-head", _REMOTE, f"+refs/heads/{branch}:{_REF}",
+                    limit=self._max_fetch,
+                )  # fmt: skip
+                if again.code != 0:
+                    raise failed(too_large_or(again.stderr), stderr=again.stderr)
+                found = await git(*check, stdin=f"{oid}\n".encode(), limit=limit)
+                fields = found.stdout.decode(errors="replace").split()
+                if found.code != 0 or len(fields) != 3 or fields[1] != "blob":
+                    raise failed(R.TOO_LARGE, commit)  # the filter left out only larger blobs
             if int(fields[2]) > self._max_document:
                 raise failed(R.TOO_LARGE, commit)
             blob = await git("-C", repo, "cat-file", "blob", oid)
