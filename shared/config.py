@@ -189,10 +189,16 @@ class Settings(BaseSettings):
     @classmethod
     def _host_ports(cls, value: list[str]) -> list[str]:
         for entry in value:
-            if not _HOST_PORT.match(entry):
+            host = entry.rpartition(":")[0]
+            try:
+                if not _HOST_PORT.match(entry):
+                    raise ValueError
+                if host.startswith("["):
+                    ipaddress.IPv6Address(host[1:-1])
+            except ValueError:
                 raise ValueError(
                     f"expected host:port entries such as git.internal:443, got {entry!r}"
-                )
+                ) from None
         return value
 
     @field_validator("DATABASE_URL")
