@@ -46,6 +46,7 @@ from compiler.gitsync import remotes as R
 from compiler.gitsync.addresses import NotAllowed
 from compiler.gitsync.reach import Pinned, Reach
 from compiler.gitsync.remotes import Credentials, GitFailed
+from shared.errors import DependencyDown
 from shared.logging import get_logger
 
 log = get_logger(__name__)
@@ -89,6 +90,7 @@ class GitCli:
         self._max_fetch = max_fetch_bytes
         self._max_document = max_document_bytes
         self._git = shutil.which(executable) or executable
+        self._version_checked = False
 
     async def read(
         self, repository: str, branch: str, path: str, credentials: Credentials | None
@@ -127,6 +129,7 @@ class GitCli:
                 pinned = await self._reach.pin(repository)
         except (NotAllowed, TimeoutError):
             raise failed(R.UNREACHABLE) from None
+        await self._check_version(deadline)
         with tempfile.TemporaryDirectory(prefix="wm-git-", dir=self._workdir) as home:
             env = self._environment(home, credentials, repository, pinned)
             repo = os.path.join(home, "repo.git")
@@ -203,6 +206,21 @@ class GitCli:
                 R.REFUSED, f"{path!r} at commit {commit[:12]} is not UTF-8 text", commit=commit
             ) from None
         return Document(commit, text, oid)
+
+    async def _check_version(self, deadline: float) -> None:
+        """Once: a git too old to be pinned to the checked address reads nothing."""
+        if self._version_checked:
+            return
+        found = await self._run(
+            [self._git, "version"], env={"PATH": _PATH}, stdin=None, deadline=deadline, fsize=None
+        )
+        if found.code != 0 or not R.git_version_ok(found.stdout.decode(errors="replace")):
+            log.error("git_too_old", version=found.stdout.decode(errors="replace").strip())
+            raise DependencyDown(
+                f"Git sync needs git {'.'.join(map(str, R.MIN_GIT))} or newer on the compiler",
+                details={"reason": "git_version"},
+            )
+        self._version_checked = True
 
     def _environment(
         self, home: str, credentials: Credentials | None, repository: str, pinned: Pinned

@@ -17,6 +17,7 @@ from compiler.gitsync import remotes as R
 from compiler.gitsync.git_cli import GitCli
 from compiler.gitsync.http_refs import RefLister
 from compiler.gitsync.remotes import Credentials, GitFailed
+from shared.errors import DependencyDown
 from sim.git_server import GitServer
 from tests.integration.compiler.git_stack import PASSWORD, USER, reach
 
@@ -174,3 +175,25 @@ async def test_a_server_that_ignores_the_filter_is_stopped_at_the_limit_and_too_
     wider = cli(git_server, workdir, max_fetch_bytes=8 * 1024 * 1024)
     document = await wider.read(git_server.repository_url("big"), "main", "etl.yaml", RIGHT)
     assert document.text == "x: 1\n"
+
+
+async def test_a_git_too_old_to_be_pinned_reads_nothing(
+    git_server: GitServer, tmp_path: Path
+) -> None:
+    """git before 2.37 ignores http.curloptResolve without a word and would resolve again."""
+    git_server.create("a", {"etl.yaml": "x: 1\n"})
+    old = tmp_path / "git"
+    old.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = version ]; then echo "git version 2.30.2"; exit 0; fi\n'
+        f'exec {shutil.which("git")} "$@"\n'
+    )
+    old.chmod(0o755)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    with pytest.raises(DependencyDown) as down:
+        await cli(git_server, workdir, executable=str(old)).read(
+            git_server.repository_url("a"), "main", "etl.yaml", RIGHT
+        )
+    assert "2.37" in down.value.message
+    assert git_server.requests == []
