@@ -8,8 +8,8 @@ partial clone fetches a missing blob from its promisor remote when it is read), 
 first. A repository whose other files are far larger than ``max_fetch_bytes`` still yields its
 one document. A server that ignores the filter sends everything, and one that will not send a
 blob by its id (protocol v0 without ``uploadpack.allowAnySHA1InWant``) is asked for the tip
-again with every blob smaller than the document's limit (``--refetch --filter=blob:limit``);
-the limit below bounds both.
+again, into a fresh repository, with every blob smaller than the document's limit
+(``--filter=blob:limit``); the limit below bounds both.
 The directory is removed afterwards, whatever happened.
 
 What keeps it safe:
@@ -132,7 +132,6 @@ class GitCli:
         await self._check_version(deadline)
         with tempfile.TemporaryDirectory(prefix="wm-git-", dir=self._workdir) as home:
             env = self._environment(home, credentials, repository, pinned)
-            repo = os.path.join(home, "repo.git")
 
             async def git(
                 *args: str, stdin: bytes | None = None, limit: int | None = None
@@ -141,59 +140,51 @@ class GitCli:
                     [self._git, *args], env=env, stdin=stdin, deadline=deadline, fsize=limit
                 )
 
-            def too_large_or(stderr: str) -> str:
-                # index-pack, killed by SIGXFSZ, leaves its partial pack at exactly the limit.
-                too_large = _largest_file(repo) >= self._max_fetch
-                return R.TOO_LARGE if too_large else R.classify(stderr)
-
-            init = await git("init", "--bare", "--quiet", repo)
-            if init.code != 0:
-                raise failed(R.GIT_FAILED, stderr=init.stderr)
-            # The branch's head commit and its trees; a blob is fetched when it is read.
-            fetched = await git(
-                "-C", repo, "fetch", "--depth=1", "--filter=blob:none", "--no-tags", "--quiet",
-                "--no-write-fetch-head", _REMOTE, f"+refs/heads/{branch}:{_REF}",
-                limit=self._max_fetch,
-            )  # fmt: skip
-            if fetched.code != 0:
-                raise failed(too_large_or(fetched.stderr), stderr=fetched.stderr)
-            head = await git("-C", repo, "rev-parse", "--verify", "--quiet", f"{_REF}^{{commit}}")
-            commit = head.stdout.decode().strip()
-            if head.code != 0 or not commit:
-                raise failed(R.GIT_FAILED, stderr=head.stderr)
-            listed = await git("-C", repo, "ls-tree", "-z", "--full-tree", commit, "--", path)
-            entry = _entry(listed.stdout, path) if listed.code == 0 else None
-            if entry is None:
-                raise failed(R.PATH_NOT_FOUND, commit)
-            kind, oid = entry
-            if kind != "blob":
-                raise failed(R.NOT_A_FILE, commit)
-            # Its size, once this one blob is fetched: its pack may hold the document and
-            # little more, so a document far above the limit is never brought whole.
-            before = frozenset(_sizes(repo))
-            limit = min(self._max_fetch, self._max_document + _PACK_MARGIN)
-            check = ("-C", repo, "cat-file", "--batch-check")
-            found = await git(*check, stdin=f"{oid}\n".encode(), limit=limit)
-            fields = found.stdout.decode(errors="replace").split()
-            if found.code != 0 or len(fields) != 3 or fields[1] != "blob":
-                if _largest_file(repo, besides=before) >= limit:
-                    raise failed(R.TOO_LARGE, commit)
-                # A server that sends no object by its id (protocol v0 without
-                # allowAnySHA1InWant): the tip again with every blob a document could be
-                # (smaller than its limit), as bounded as the first fetch.
-                log.info("git_blob_fetch_refused", repository=repository)
-                again = await git(
-                    "-C", repo, "fetch", "--refetch", "--depth=1", "--no-tags",
-                    f"--filter=blob:limit={self._max_document + 1}", "--quiet",
+            # First the commit and its trees, the one blob fetched when it is read. A server
+            # that sends no object by its id (protocol v0 without allowAnySHA1InWant): again,
+            # in a fresh repository, with every blob a document could be (below its limit).
+            for attempt, blobs in enumerate(("blob:none", f"blob:limit={self._max_document + 1}")):
+                repo = os.path.join(home, f"repo-{attempt}.git")
+                init = await git("init", "--bare", "--quiet", repo)
+                if init.code != 0:
+                    raise failed(R.GIT_FAILED, stderr=init.stderr)
+                fetched = await git(
+                    "-C", repo, "fetch", "--depth=1", f"--filter={blobs}", "--no-tags", "--quiet",
                     "--no-write-fetch-head", _REMOTE, f"+refs/heads/{branch}:{_REF}",
                     limit=self._max_fetch,
                 )  # fmt: skip
-                if again.code != 0:
-                    raise failed(too_large_or(again.stderr), stderr=again.stderr)
-                found = await git(*check, stdin=f"{oid}\n".encode(), limit=limit)
+                if fetched.code != 0:
+                    # index-pack, killed by SIGXFSZ, leaves its partial pack at the limit.
+                    too_large = _largest_file(repo) >= self._max_fetch
+                    reason = R.TOO_LARGE if too_large else R.classify(fetched.stderr)
+                    raise failed(reason, stderr=fetched.stderr)
+                head = await git(
+                    "-C", repo, "rev-parse", "--verify", "--quiet", f"{_REF}^{{commit}}"
+                )
+                commit = head.stdout.decode().strip()
+                if head.code != 0 or not commit:
+                    raise failed(R.GIT_FAILED, stderr=head.stderr)
+                listed = await git("-C", repo, "ls-tree", "-z", "--full-tree", commit, "--", path)
+                entry = _entry(listed.stdout, path) if listed.code == 0 else None
+                if entry is None:
+                    raise failed(R.PATH_NOT_FOUND, commit)
+                kind, oid = entry
+                if kind != "blob":
+                    raise failed(R.NOT_A_FILE, commit)
+                # Its size, once this one blob is fetched: its pack may hold the document and
+                # little more, so a document far above the limit is never brought whole.
+                before = frozenset(_sizes(repo))
+                limit = min(self._max_fetch, self._max_document + _PACK_MARGIN)
+                found = await git(
+                    "-C", repo, "cat-file", "--batch-check", stdin=f"{oid}\n".encode(), limit=limit
+                )
                 fields = found.stdout.decode(errors="replace").split()
-                if found.code != 0 or len(fields) != 3 or fields[1] != "blob":
-                    raise failed(R.TOO_LARGE, commit)  # the filter left out only larger blobs
+                if found.code == 0 and len(fields) == 3 and fields[1] == "blob":
+                    break
+                if attempt or _largest_file(repo, besides=before) >= limit:
+                    raise failed(R.TOO_LARGE, commit)  # the filter left out larger blobs only
+                log.info("git_blob_fetch_refused", repository=repository)
+                shutil.rmtree(repo, ignore_errors=True)
             if int(fields[2]) > self._max_document:
                 raise failed(R.TOO_LARGE, commit)
             blob = await git("-C", repo, "cat-file", "blob", oid)

@@ -37,7 +37,7 @@ PASSWORD_KEYS: Final = ("password", "token")
 DEFAULT_USERNAME: Final = "git"  # hosts that take a token with any user name (GitHub, GitLab)
 _USERINFO: Final = re.compile(r"(?i)([a-z][a-z0-9+.-]*://)[^/@\s]*@")
 _DETAIL_CHARS: Final = 300
-# The oldest git that pins its connection (http.curloptResolve, 2.37) and refetches (2.36).
+# The oldest git that pins its connection to an address (http.curloptResolve).
 MIN_GIT: Final = (2, 37)
 _GIT_VERSION: Final = re.compile(r"^git version (\d+)\.(\d+)")
 
