@@ -162,6 +162,7 @@ async def main(quick: bool) -> dict[str, Any]:
                     INTERNAL_API_KEY="bench",
                     ARTIFACT_BUCKET="artifacts",
                     GIT_CA_BUNDLE=str(ca_file),
+                    GIT_ALLOW_REMOTES=[f"127.0.0.1:{port}"],  # its one server, no range
                     GIT_WORKDIR=scratch,
                 )
                 pool = await create_pool(settings, application_name="bench-git")

@@ -24,8 +24,10 @@ from kubernetes_asyncio.client import ApiClient
 
 from compiler.automation.service import ScheduleService
 from compiler.automation.webhooks import EventTriggers
+from compiler.gitsync.addresses import RemotePolicy
 from compiler.gitsync.git_cli import GitCli
 from compiler.gitsync.http_refs import RefLister
+from compiler.gitsync.reach import Reach
 from compiler.gitsync.repositories import GitRepositories
 from compiler.gitsync.syncing import GitSync
 from compiler.internal_api import create_app
@@ -113,9 +115,17 @@ def assemble(
         settings=settings,
         storage=storage,
     )
-    secrets = DataSecretService(pool=pool, objects=objects, tenants=tenants)
+    secrets = DataSecretService(
+        pool=pool,
+        objects=objects,
+        tenants=tenants,
+        max_per_tenant=settings.DATA_SECRETS_MAX_PER_TENANT,
+    )
     argo = ArgoServer.from_url(host_api, settings.ARGO_DATA_SERVER_URL)
+    # A tenant's Git remote reaches no address inside the platform (compiler.gitsync.addresses).
+    reach = Reach(RemotePolicy.of(deny=settings.GIT_DENY_CIDRS, allow=settings.GIT_ALLOW_REMOTES))
     refs = RefLister(
+        reach=reach,
         timeout=settings.GIT_TIMEOUT,
         ca_bundle=settings.GIT_CA_BUNDLE,
         connections=settings.GIT_SYNC_CONCURRENCY,
@@ -129,7 +139,9 @@ def assemble(
             timeout=settings.GIT_TIMEOUT,
             max_fetch_bytes=settings.GIT_FETCH_MAX_BYTES,
             max_document_bytes=MAX_DOCUMENT_BYTES,
+            reach=reach,
         ),
+        fetches=settings.GIT_FETCH_CONCURRENCY,
     )
 
     async def lint(namespace: str, template: Mapping[str, Any]) -> object:

@@ -25,7 +25,13 @@ STATE = ROOT / ".run" / "demo"
 GIT_PORT = 8127
 CA_FILE = STATE / "git-ca.pem"
 INTERVAL = 15
-ENVIRONMENT = {"GIT_CA_BUNDLE": str(CA_FILE), "GIT_SYNC_INTERVAL": f"{INTERVAL}s"}
+ENVIRONMENT = {
+    "GIT_CA_BUNDLE": str(CA_FILE),
+    "GIT_SYNC_INTERVAL": f"{INTERVAL}s",
+    # Exactly the demo's Git server: any other address inside (another port of 127.0.0.1,
+    # another spelling of it, the cluster's ranges) stays refused, as in production.
+    "GIT_ALLOW_REMOTES": f"127.0.0.1:{GIT_PORT}",
+}
 USER, PASSWORD = "demo-bot", "demo-git-password-4e1d"
 PATH = "pipelines/nightly.yaml"
 DOCUMENT = """apiVersion: argoproj.io/v1alpha1
@@ -96,6 +102,20 @@ async def git_showcase(
             f"POST /api/v1/data-pipelines (git: {PATH} on main) → 201: version "
             f"{saved['version']} at commit {saved['commit'][:12]}"
         )
+        # The platform's network is out of reach: another spelling or port of the demo's own
+        # server, the metadata address, the Kubernetes API. Each reads as unreachable.
+        for inside in (
+            f"https://127.1:{GIT_PORT}/reports.git",
+            f"https://[::ffff:127.0.0.1]:{GIT_PORT}/reports.git",
+            "https://localhost:6443/reports.git",
+            "https://169.254.169.254/latest/meta-data.git",
+            "https://kubernetes.default.svc/api.git",
+        ):
+            probe = {**body, "definition": {**body["definition"], "repository": inside}}
+            async with http.post(f"{base}/validate", json=probe) as answer:
+                refused = await answer.json()
+            log(f"POST /api/v1/data-pipelines/validate ({inside}) → {answer.status}: "
+                f"{refused.get('message')}")  # fmt: skip
         second = repos.commit("reports", {PATH: DOCUMENT % "eu-west"}, message="west")
         log(f"pushed commit {second[:12]} (region eu-west)")
         async with http.post(f"{base}/{pipeline}/sync") as answer:

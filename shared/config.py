@@ -6,6 +6,7 @@ the variable (``load_settings``). Nothing here reads the environment at import t
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import sys
 from typing import Annotated, Any, TypeVar
@@ -19,6 +20,11 @@ from shared.errors import ConfigError
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _LABEL_VALUE = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+# host:port, or [IPv6]:port; a port from 1 to 65535.
+_HOST_PORT = re.compile(
+    r"^(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}"
+    r"|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"
+)
 PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 
 
@@ -139,6 +145,15 @@ class Settings(BaseSettings):
     GIT_TIMEOUT: Seconds = 30.0
     GIT_FETCH_MAX_BYTES: int = Field(default=32 * 1024 * 1024, ge=1024 * 1024)
     GIT_SYNC_CONCURRENCY: int = Field(default=32, ge=1, le=256)
+    # How many documents are fetched with git at once, by saves and the poller together.
+    GIT_FETCH_CONCURRENCY: int = Field(default=4, ge=1, le=64)
+    # Where a tenant's Git remote may not lead (compiler.gitsync.addresses): these ranges besides
+    # every non-public address; and the installation's own Git servers, host:port exactly as
+    # their URLs write them, reached whatever their addresses.
+    GIT_DENY_CIDRS: CsvStrs = Field(default_factory=lambda: list(PRIVATE_RANGES))
+    GIT_ALLOW_REMOTES: CsvStrs = Field(default_factory=list)
+    # How many data secrets a tenant may have (every save reads them all).
+    DATA_SECRETS_MAX_PER_TENANT: int = Field(default=100, ge=1, le=10000)
     # stagectl: how long a release waits for a person's approval before it is rejected as
     # expired; how many workflows it works on at once; how often it looks for approvals due to
     # expire and decisions it has not acted on (the NOTIFY it missed while away).
@@ -158,6 +173,32 @@ class Settings(BaseSettings):
     def _label_value(cls, value: str) -> str:
         if not _LABEL_VALUE.match(value):
             raise ValueError("expected a label value: up to 63 letters, digits, '-', '_' or '.'")
+        return value
+
+    @field_validator("GIT_DENY_CIDRS")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        for cidr in value:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(f"expected CIDRs such as 10.0.0.0/8, got {cidr!r}") from None
+        return value
+
+    @field_validator("GIT_ALLOW_REMOTES")
+    @classmethod
+    def _host_ports(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            host = entry.rpartition(":")[0]
+            try:
+                if not _HOST_PORT.match(entry):
+                    raise ValueError
+                if host.startswith("["):
+                    ipaddress.IPv6Address(host[1:-1])
+            except ValueError:
+                raise ValueError(
+                    f"expected host:port entries such as git.internal:443, got {entry!r}"
+                ) from None
         return value
 
     @field_validator("DATABASE_URL")

@@ -6,6 +6,7 @@ checks the credentials, over HTTPS with a certificate of the simulator's test CA
 - ``users`` may read every repository; any other request, or one without credentials, is a 401
   with ``WWW-Authenticate: Basic`` (as GitHub and GitLab answer); names in ``public`` are served
   to anyone; ``protocol_v2=False`` answers as a server that speaks only protocol v0;
+  ``filters=False`` as one that ignores a partial clone's filter (and sends every blob);
 - ``requests`` is the log of what was asked: method, path, the authenticated user and, for a
   POST to ``git-upload-pack``, the protocol v2 command (``ls-refs`` or ``fetch``; a v0 POST is a
   fetch), so a test can prove that a check fetched nothing;
@@ -43,6 +44,9 @@ from sim.kube.certificates import test_ca
 from sim.ports import free_port
 
 HTTP_BACKEND: Final = "/usr/lib/git-core/git-http-backend"
+# A name the certificate also holds and no DNS knows: a client reaches the server by it only
+# through an address it was given (pinned), as Git sync connects to the address it checked.
+NAME: Final = "git.wm-sim.test"
 _IDENTITY: Final = {
     "GIT_AUTHOR_NAME": "Sim Author",
     "GIT_AUTHOR_EMAIL": "author@sim.invalid",
@@ -58,6 +62,7 @@ class Request:
     user: str | None
     status: int
     command: str | None = None  # advertise, ls-refs, fetch
+    shallow: bool = False  # a fetch asking for a branch's head alone (depth 1)
 
     @property
     def repository(self) -> str:
@@ -70,7 +75,14 @@ class GitServer:
     users: dict[str, str]
     public: set[str] = field(default_factory=set)
     protocol_v2: bool = True  # False: answer as a server that only speaks protocol v0
+    filters: bool = True  # False: a server that ignores a partial clone's filter
     requests: list[Request] = field(default_factory=list)
+    # Fetches: held until ``hold`` is set (when one is given), answered 500 by a broken
+    # upload-pack when ``refuse_fetches``; how many are being served now, and the most at once.
+    hold: asyncio.Event | None = None
+    refuse_fetches: bool = False
+    fetching: int = 0
+    most_fetching: int = 0
     port: int = 0
     ca_file: Path | None = None
     _runner: web.AppRunner | None = None
@@ -83,6 +95,11 @@ class GitServer:
         return f"{self.url}/{name}.git"
 
     def fetches(self, name: str | None = None) -> list[Request]:
+        """Requests that fetched a branch's head (of repository ``name``): one per document
+        read (``objects`` also counts the blobs a partial clone asked for afterwards)."""
+        return [r for r in self.objects(name) if r.shallow]
+
+    def objects(self, name: str | None = None) -> list[Request]:
         """Requests that fetched objects (of repository ``name``)."""
         return [
             r
@@ -140,7 +157,7 @@ class GitServer:
         self.ca_file = self.root / "ca.pem"
         self.ca_file.write_bytes(ca.cert_pem.bytes())
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ca.issue_cert("127.0.0.1", "localhost").configure_cert(context)
+        ca.issue_cert("127.0.0.1", "localhost", NAME).configure_cert(context)
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -177,6 +194,23 @@ class GitServer:
         if user is None and repository not in self.public:
             self.requests.append(Request(request.method, request.path, None, 401, command))
             return web.Response(status=401, headers={"WWW-Authenticate": 'Basic realm="git"'})
+        if command != "fetch":
+            return await self._serve(request, body, user, command)
+        self.fetching += 1
+        self.most_fetching = max(self.most_fetching, self.fetching)
+        try:
+            if self.hold is not None:
+                await self.hold.wait()
+            if self.refuse_fetches:
+                self.requests.append(Request(request.method, request.path, user, 500, command))
+                return web.Response(status=500, text="upload-pack: internal error at 10.1.2.3")
+            return await self._serve(request, body, user, command)
+        finally:
+            self.fetching -= 1
+
+    async def _serve(
+        self, request: web.Request, body: bytes, user: str | None, command: str | None
+    ) -> web.StreamResponse:
         env = {
             "PATH": "/usr/bin:/bin",
             "GIT_PROJECT_ROOT": str(self.root),
@@ -189,6 +223,11 @@ class GitServer:
             "REMOTE_USER": user or "",
             "REMOTE_ADDR": request.remote or "",
             "GIT_PROTOCOL": request.headers.get("Git-Protocol", "") if self.protocol_v2 else "",
+            # As GitHub and GitLab serve: partial clones (a blob filter; protocol v2 then
+            # serves the one blob a partial clone asks for afterwards).
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "uploadpack.allowFilter",
+            "GIT_CONFIG_VALUE_0": "true" if self.filters else "false",
         }
         process = await asyncio.create_subprocess_exec(
             HTTP_BACKEND,
@@ -206,7 +245,8 @@ class GitServer:
                 status = int(value.split()[0])
             elif key:
                 headers[key] = value.strip()
-        self.requests.append(Request(request.method, request.path, user, status, command))
+        shallow = command == "fetch" and b"deepen 1" in body
+        self.requests.append(Request(request.method, request.path, user, status, command, shallow))
         return web.Response(status=status, body=payload, headers=headers)
 
 

@@ -144,7 +144,8 @@ ROUTES = (
         _ITEM,
         put_secret,
         Permission.SECRETS_WRITE,
-        "Create (201) or replace (200) a data secret; the answer holds no value.",
+        "Create (201) or replace (200) a data secret; the answer holds no value. 409 when the "
+        "tenant already has DATA_SECRETS_MAX_PER_TENANT of them.",
         RESOURCE,
         query=(_ACTING,),
         body=_BODY,

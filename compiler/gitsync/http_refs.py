@@ -10,7 +10,9 @@ its other repositories on that host are asked ``ls-refs`` at once, one request i
 (what the server answers to one repository it answers to all; an answer that is not a valid
 ``ls-refs`` result sends that check back through discovery).
 
-Credentials go in an ``Authorization: Basic`` header built in memory, never in a URL. Redirects
+Every connection goes to an address the installation's policy allows, the one checked
+(``compiler.gitsync.reach``). Credentials go in an ``Authorization: Basic`` header built in
+memory, never in a URL. Redirects
 are not followed (the credentials would follow them): a redirected repository is reported so
 its owner can give the final URL. Every answer is read up to ``max_bytes`` at most, within
 ``timeout`` seconds.
@@ -28,6 +30,8 @@ import aiohttp
 
 from compiler.gitsync import pktline
 from compiler.gitsync import remotes as R
+from compiler.gitsync.addresses import NotAllowed
+from compiler.gitsync.reach import Reach
 from compiler.gitsync.remotes import Credentials, GitFailed
 from shared.errors import DependencyDown
 
@@ -41,11 +45,13 @@ class RefLister:
     def __init__(
         self,
         *,
+        reach: Reach,
         timeout: float,
         ca_bundle: str | None = None,
         max_bytes: int = 4 * 1024 * 1024,
         connections: int = 32,
     ) -> None:
+        self._reach = reach
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._max_bytes = max_bytes
         self._connections = connections
@@ -63,7 +69,10 @@ class RefLister:
                 "GIT_CA_BUNDLE could not be read", details={"error": type(exc).__name__}
             ) from None
         return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self._connections, ssl=context),
+            # Every connection goes to an address the policy checked (compiler.gitsync.reach).
+            connector=aiohttp.TCPConnector(
+                limit=self._connections, ssl=context, resolver=self._reach.resolver()
+            ),
             cookie_jar=aiohttp.DummyCookieJar(),  # nothing a server sets follows a request
             trust_env=False,  # no proxy variables, no .netrc credentials
         )
@@ -131,6 +140,7 @@ class RefLister:
             return pktline.parse_refs(data)
 
         try:
+            self._reach.literal(base)  # a host written as an address is never resolved
             refs: dict[str, str] | None = None
             known = self._v2_hosts.get(host) if pooled else None
             if known is not None:
@@ -155,7 +165,7 @@ class RefLister:
                     refs = await ls_refs(advertisement.capabilities)
         except pktline.ProtocolError:
             raise failed(R.PROTOCOL) from None
-        except (aiohttp.ClientError, OSError, TimeoutError):
+        except (aiohttp.ClientError, OSError, TimeoutError, NotAllowed):
             # The exception's text may carry the URL; the sentence is ours alone.
             raise failed(R.UNREACHABLE) from None
         commit = refs.get(ref)

@@ -16,3 +16,9 @@ CHECKS = Counter(
     ["outcome"],
 )
 SOURCES = Gauge("wm_git_sync_sources", "Git-defined pipelines in the last pass")
+FETCHES_RUNNING = Gauge(
+    "wm_git_fetches_running", "Documents being fetched with git now (saves and the poller)"
+)
+FETCHES_WAITING = Gauge(
+    "wm_git_fetches_waiting", "Fetches waiting for a place under GIT_FETCH_CONCURRENCY"
+)

@@ -37,6 +37,9 @@ PASSWORD_KEYS: Final = ("password", "token")
 DEFAULT_USERNAME: Final = "git"  # hosts that take a token with any user name (GitHub, GitLab)
 _USERINFO: Final = re.compile(r"(?i)([a-z][a-z0-9+.-]*://)[^/@\s]*@")
 _DETAIL_CHARS: Final = 300
+# The oldest git that pins its connection to an address (http.curloptResolve).
+MIN_GIT: Final = (2, 37)
+_GIT_VERSION: Final = re.compile(r"^git version (\d+)\.(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,3 +141,10 @@ def sentence(
         NOT_A_FILE: f"{path!r} in {repository}{at} is not a file",
         PROTOCOL: f"{repository} did not answer as a Git smart-HTTP server",
     }.get(reason, f"Git could not read {path!r} from {repository} (branch {branch!r}){at}")
+
+
+def git_version_ok(output: str) -> bool:
+    """Whether ``git version``'s output names a git at least ``MIN_GIT`` (an older one ignores
+    ``http.curloptResolve`` without a word, and would resolve the host again itself)."""
+    match = _GIT_VERSION.match(output.strip())
+    return match is not None and (int(match.group(1)), int(match.group(2))) >= MIN_GIT

@@ -1,7 +1,7 @@
 """A tenant's Git repositories as the compiler reaches them: the credentials from the tenant's
 data secret, the branch's head over smart HTTP (``http_refs``), the document through ``git``
-(``git_cli``). This is the save path's ``GitReader`` (``compiler.pipelines.service``) and the
-poller's way to its repositories.
+(``git_cli``), no more than ``fetches`` of them at once whoever asks. This is the save path's
+``GitReader`` (``compiler.pipelines.service``) and the poller's way to its repositories.
 
 The data secret ``credentials_secret`` names holds ``username`` (optional) and ``password`` or
 ``token``; its values are read for each check (a pass shares one read per secret) and kept no
@@ -10,8 +10,10 @@ longer than the check.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
+from compiler.gitsync import metrics
 from compiler.gitsync import remotes as R
 from compiler.gitsync.git_cli import GitCli
 from compiler.gitsync.http_refs import RefLister
@@ -23,10 +25,15 @@ from shared.pipelines import GitDefinition
 
 
 class GitRepositories:
-    def __init__(self, *, secrets: SecretGetter, refs: RefLister, cli: GitCli) -> None:
+    def __init__(
+        self, *, secrets: SecretGetter, refs: RefLister, cli: GitCli, fetches: int = 4
+    ) -> None:
         self._secrets = secrets
         self._refs = refs
         self._cli = cli
+        # Every fetch, the poller's and a save's alike, takes one of ``fetches`` places (each
+        # costs a git process and room in the tmpfs).
+        self._fetches = asyncio.Semaphore(fetches)
 
     async def credentials(self, tenant: str, definition: GitDefinition) -> Credentials | None:
         """The credentials of ``definition`` (None: a public repository)."""
@@ -50,10 +57,21 @@ class GitRepositories:
         )
 
     async def fetch(self, definition: GitDefinition, credentials: Credentials | None) -> Fetched:
-        """The document at the branch's head, and that commit."""
-        document = await self._cli.read(
-            definition.repository, definition.branch, definition.path, credentials
-        )
+        """The document at the branch's head, and that commit (one of the ``fetches``
+        places held meanwhile, waited for in turn)."""
+        metrics.FETCHES_WAITING.inc()
+        try:
+            await self._fetches.acquire()
+        finally:
+            metrics.FETCHES_WAITING.dec()
+        metrics.FETCHES_RUNNING.inc()
+        try:
+            document = await self._cli.read(
+                definition.repository, definition.branch, definition.path, credentials
+            )
+        finally:
+            metrics.FETCHES_RUNNING.dec()
+            self._fetches.release()
         return Fetched(document.commit, document.text, document.blob)
 
     async def read(self, tenant: str, definition: GitDefinition) -> Fetched:

@@ -12,8 +12,9 @@ once per distinct error, never every pass; it never makes a version and never st
 which goes on with every other repository. A sync asked for through the API
 (``sync_now``) is always audited, with the caller as actor, and answers with its outcome.
 
-A pass checks up to ``concurrency`` repositories at once and fetches up to ``fetches`` at once
-(the fetches are what costs memory in the tmpfs); it reads each data secret once. Credentials
+A pass checks up to ``concurrency`` repositories at once; its fetches share
+``GitRepositories``' limit with the saves' (the fetches are what costs memory in the tmpfs). It
+reads each data secret once. Credentials
 live in memory for the pass only; no log line, error or audit record carries them.
 """
 
@@ -120,7 +121,6 @@ class GitSync:
         repositories: GitRepositories,
         service: PipelineService,
         concurrency: int = 32,
-        fetches: int = 4,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._pool = pool
@@ -128,7 +128,6 @@ class GitSync:
         self._repositories = repositories
         self._service = service
         self._checks = asyncio.Semaphore(concurrency)
-        self._fetches = asyncio.Semaphore(fetches)
         self._clock = clock
 
     # --- the route -------------------------------------------------------------------------
@@ -239,8 +238,7 @@ class GitSync:
             ):
                 metrics.CHECKS.labels("unchanged").inc()
                 return Outcome("unchanged", head, clears_error=head == source.last_good_commit)
-            async with self._fetches:
-                fetched = await self._repositories.fetch(definition, credentials)
+            fetched = await self._repositories.fetch(definition, credentials)
             return await self._save(source, definition, fetched, actor)
         except GitFailed as failure:
             commit = planning.failed_at(failure.reason, failure.commit, head)

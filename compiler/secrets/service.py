@@ -12,6 +12,10 @@ secret/<name>)`` (a slash no workflow name has, so a secret's history never mixe
 the key names as ``parameters``, and the outcome: ``failed`` when the cluster refused or the
 delete was refused because a pipeline uses the secret.
 
+A tenant has at most ``max_per_tenant`` data secrets (``DATA_SECRETS_MAX_PER_TENANT``: every
+save reads them all); a create past it is a 409 naming the cap, counted under the tenant's
+exclusive lock below.
+
 A delete is refused (409, naming the pipelines) while the current version of one of the tenant's
 pipelines refers to the secret (``compiler.secrets.references``). Saves read the tenant's data
 secrets under a shared advisory lock and the delete checks under the exclusive one
@@ -21,6 +25,7 @@ succeed.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
@@ -91,8 +96,10 @@ class DataSecretService:
         pool: asyncpg.Pool,
         objects: Objects,
         tenants: Tenants,
+        max_per_tenant: int = 100,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
+        self._max = max_per_tenant
         self._pool = pool
         self._objects = objects
         self._tenants = tenants
@@ -170,15 +177,29 @@ class DataSecretService:
             tenant=tenant, name=name, values=values, actor=actor, at=at, created_by=created_by
         )
         action = "create" if live is None else "replace"
-        try:
+        async with contextlib.AsyncExitStack() as held:
             if live is None:
-                written = await self._objects.create(secret)
-            else:
-                secret["metadata"]["resourceVersion"] = live["metadata"].get("resourceVersion")
-                written = await self._objects.replace(secret)
-        except WorkflowManagerError as exc:
-            await self._audit(tenant, actor, name, action, keys, "failed", {"error": exc.code})
-            raise _sanitised(exc, name) from None
+                # Counted and created under the tenant's exclusive data-secrets lock: two
+                # creates never both take the last place.
+                store = await held.enter_async_context(PipelineStore.transaction(self._pool))
+                await store.guard_data_secrets(tenant, exclusive=True)
+                if len(await self._secrets(tenant)) >= self._max:
+                    detail = {"error": "limit", "max_per_tenant": self._max}
+                    await self._audit(tenant, actor, name, action, keys, "failed", detail)
+                    raise Conflict(
+                        f"a tenant may have at most {self._max} data secrets "
+                        "(DATA_SECRETS_MAX_PER_TENANT): delete one first",
+                        details={"reason": "limit", "secret": name, "max_per_tenant": self._max},
+                    )
+            try:
+                if live is None:
+                    written = await self._objects.create(secret)
+                else:
+                    secret["metadata"]["resourceVersion"] = live["metadata"].get("resourceVersion")
+                    written = await self._objects.replace(secret)
+            except WorkflowManagerError as exc:
+                await self._audit(tenant, actor, name, action, keys, "failed", {"error": exc.code})
+                raise _sanitised(exc, name) from None
         await self._audit(tenant, actor, name, action, keys, "succeeded", {})
         log.info("data_secret_written", tenant=tenant, secret=name, action=action, keys=len(keys))
         return rules.describe(written), live is None

@@ -12,8 +12,11 @@ from typing import Any
 import asyncpg
 import pytest
 
+from compiler.gitsync.addresses import RemotePolicy
+from compiler.gitsync.reach import Lookup, Reach, system_lookup
 from compiler.k8s_objects import KubeObjects
 from shared import labels as L
+from shared.config import PRIVATE_RANGES
 from sim.git_server import GitServer
 from tests.integration.compiler.pipeline_stack import YAML_TEMPLATE, Stack, make_stack
 
@@ -49,10 +52,22 @@ async def git_stack(
         database_url,
         settings_factory,
         GIT_CA_BUNDLE=str(git_server.ca_file),
+        GIT_ALLOW_REMOTES=allowed(git_server),
         GIT_WORKDIR=str(workdir),
         GIT_TIMEOUT=20.0,
     ):
         yield value
+
+
+def allowed(server: GitServer) -> str:
+    """GIT_ALLOW_REMOTES for the tests' server: exactly its host and port, no range."""
+    return f"127.0.0.1:{server.port}"
+
+
+def reach(server: GitServer, *, lookup: Lookup = system_lookup) -> Reach:
+    """What the compiler reaches with the tests' settings: the tests' server and no other
+    address inside the platform."""
+    return Reach(RemotePolicy.of(deny=PRIVATE_RANGES, allow=[allowed(server)]), lookup=lookup)
 
 
 async def store_credentials(

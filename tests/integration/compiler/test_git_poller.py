@@ -20,7 +20,7 @@ from shared.tasks import Supervisor, run_service
 from sim.git_server import GitServer
 from sim.ports import free_port
 from sim.world import start_world
-from tests.integration.compiler.git_stack import git_body, template, write_credentials
+from tests.integration.compiler.git_stack import allowed, git_body, template, write_credentials
 from tests.integration.compiler.pipeline_stack import INTERNAL_KEY
 
 
@@ -50,6 +50,7 @@ async def test_the_leader_polls_every_interval_and_a_pushed_commit_becomes_a_ver
         ARTIFACT_BUCKET="artifacts",
         POD_NAME="compiler-a",
         GIT_CA_BUNDLE=str(git_server.ca_file),
+        GIT_ALLOW_REMOTES=allowed(git_server),
         GIT_SYNC_INTERVAL=1.0,
     )
     stop = asyncio.Event()

@@ -17,14 +17,15 @@ from compiler.gitsync import remotes as R
 from compiler.gitsync.git_cli import GitCli
 from compiler.gitsync.http_refs import RefLister
 from compiler.gitsync.remotes import Credentials, GitFailed
+from shared.errors import DependencyDown
 from sim.git_server import GitServer
-from tests.integration.compiler.git_stack import PASSWORD, USER
+from tests.integration.compiler.git_stack import PASSWORD, USER, reach
 
 RIGHT = Credentials(USER, PASSWORD)
 
 
 def lister(server: GitServer) -> RefLister:
-    return RefLister(timeout=10, ca_bundle=str(server.ca_file))
+    return RefLister(reach=reach(server), timeout=10, ca_bundle=str(server.ca_file))
 
 
 async def test_a_pass_asks_ls_refs_at_once_of_a_host_it_knows_speaks_v2(
@@ -65,7 +66,9 @@ async def test_a_v0_server_lists_every_ref_in_one_answer(git_server: GitServer) 
 async def test_what_is_not_a_git_server_is_a_protocol_or_reach_error(
     git_server: GitServer,
 ) -> None:
-    refs = RefLister(timeout=10)  # the system's CAs: the test CA is not among them
+    refs = RefLister(
+        reach=reach(git_server), timeout=10
+    )  # the system's CAs: the test CA is not among them
     with pytest.raises(GitFailed) as untrusted:
         await refs.head(git_server.repository_url("a"), "main", RIGHT)
     assert untrusted.value.reason == R.UNREACHABLE
@@ -84,6 +87,7 @@ def cli(server: GitServer, workdir: Path, **options: Any) -> GitCli:
         "timeout": 20.0,
         "max_fetch_bytes": 1024 * 1024,
         "max_document_bytes": 512 * 1024,
+        "reach": reach(server),
         **options,
     }
     return GitCli(**values)
@@ -120,9 +124,44 @@ async def test_git_gets_the_credentials_in_its_environment_only_and_leaves_nothi
     assert list(workdir.iterdir()) == []
 
 
-async def test_a_fetch_bigger_than_the_limit_stops_there_and_is_too_large(
+@pytest.mark.parametrize("v2", [True, False])
+async def test_a_repository_far_larger_than_the_limit_still_yields_its_one_document(
+    git_server: GitServer, tmp_path: Path, v2: bool
+) -> None:
+    """Its other files (8 MiB, incompressible) exceed the 1 MiB fetch limit eight times over:
+    only the commit, its trees and the one blob are fetched (protocol v2, or v0 from a server
+    that lets a client ask for an object by its id)."""
+    git_server.protocol_v2 = v2
+    files: dict[str, str | bytes] = {
+        f"data/blob-{index}.bin": os.urandom(1024 * 1024) for index in range(8)
+    }
+    commit = git_server.create("big", {**files, "etl.yaml": "x: 1\n", "dir/a.yaml": "a: 1\n"})
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    git = cli(git_server, workdir)
+    document = await git.read(git_server.repository_url("big"), "main", "etl.yaml", RIGHT)
+    assert (document.commit, document.text) == (commit, "x: 1\n")
+    if v2:  # the branch once (v0 negotiates over several requests, and asks again)
+        assert len(git_server.fetches("big")) == 1
+    assert list(workdir.iterdir()) == []
+
+    # What is not one file at that path is still told apart.
+    for path, reason in (
+        ("etl.yaml/x", R.PATH_NOT_FOUND),
+        ("dir", R.NOT_A_FILE),
+        ("dir/a.yam*", R.PATH_NOT_FOUND),  # a path, never a pattern
+        ("data/blob-0.bin", R.TOO_LARGE),  # the document itself is over its own limit
+    ):
+        with pytest.raises(GitFailed) as refused:
+            await git.read(git_server.repository_url("big"), "main", path, RIGHT)
+        assert (refused.value.reason, refused.value.commit) == (reason, commit), path
+    assert list(workdir.iterdir()) == []
+
+
+async def test_a_server_that_ignores_the_filter_is_stopped_at_the_limit_and_too_large(
     git_server: GitServer, tmp_path: Path
 ) -> None:
+    git_server.filters = False
     git_server.create("big", {"etl.yaml": "x: 1\n", "blob.bin": os.urandom(2 * 1024 * 1024)})
     workdir = tmp_path / "work"
     workdir.mkdir()
@@ -136,6 +175,25 @@ async def test_a_fetch_bigger_than_the_limit_stops_there_and_is_too_large(
     wider = cli(git_server, workdir, max_fetch_bytes=8 * 1024 * 1024)
     document = await wider.read(git_server.repository_url("big"), "main", "etl.yaml", RIGHT)
     assert document.text == "x: 1\n"
-    with pytest.raises(GitFailed) as directory:
-        await wider.read(git_server.repository_url("big"), "main", "etl.yaml/x", RIGHT)
-    assert directory.value.reason == R.PATH_NOT_FOUND
+
+
+async def test_a_git_too_old_to_be_pinned_reads_nothing(
+    git_server: GitServer, tmp_path: Path
+) -> None:
+    """git before 2.37 ignores http.curloptResolve without a word and would resolve again."""
+    git_server.create("a", {"etl.yaml": "x: 1\n"})
+    old = tmp_path / "git"
+    old.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = version ]; then echo "git version 2.30.2"; exit 0; fi\n'
+        f'exec {shutil.which("git")} "$@"\n'
+    )
+    old.chmod(0o755)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    with pytest.raises(DependencyDown) as down:
+        await cli(git_server, workdir, executable=str(old)).read(
+            git_server.repository_url("a"), "main", "etl.yaml", RIGHT
+        )
+    assert "2.37" in down.value.message
+    assert git_server.requests == []

@@ -234,14 +234,14 @@ async def test_every_broken_repository_is_a_stored_audited_error_and_the_pass_go
         assert (audit["outcome"], audit["detail"]["reason"]) == ("failed", reason)
 
     # The same errors again: stored, not audited again; the refused commits are not refetched.
-    fetched = len(git_server.fetches())
+    fetched = len(git_server.objects())
     await git_stack.compiler.git.run_pass()
     for name in expected:
         assert len(await audit_rows(git_stack, ids[name])) == 1, (
             name,
             await audit_rows(git_stack, ids[name]),
         )
-    assert len(git_server.fetches()) == fetched
+    assert len(git_server.objects()) == fetched
 
     everything = json.dumps([dict(event) for event in logs], default=str)
     stored = await git_stack.pool.fetch("SELECT * FROM git_sources")

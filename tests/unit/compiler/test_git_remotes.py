@@ -121,3 +121,20 @@ def test_a_failure_about_the_document_is_about_the_head_it_was_read_at() -> None
     assert planning.failed_at(R.PATH_NOT_FOUND, SEEN, NEW) == SEEN
     assert planning.failed_at(R.AUTH, None, NEW) is None
     assert planning.failed_at(R.UNREACHABLE, None, None) is None
+
+
+@pytest.mark.parametrize(
+    ("output", "ok"),
+    [
+        ("git version 2.39.5\n", True),
+        ("git version 2.37.0", True),
+        ("git version 3.0.1", True),
+        ("git version 2.36.6", False),
+        ("git version 2.9.5", False),
+        ("git version 1.99.0", False),
+        ("", False),
+        ("hub version 2.14", False),
+    ],
+)
+def test_git_must_be_new_enough_to_be_pinned(output: str, ok: bool) -> None:
+    assert R.git_version_ok(output) is ok

@@ -8,6 +8,7 @@ from shared.config import Settings, load_settings, parse_duration, settings_or_e
 from shared.errors import ConfigError
 
 DB = "postgresql://postgres@127.0.0.1:5432/wm"
+PRIVATE_RANGES_LIST = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
 
 
 @pytest.fixture(autouse=True)
@@ -43,6 +44,8 @@ def test_values_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> No
     settings = load_settings()
     assert settings.DATA_EGRESS_PORTS == [443, 8443]
     assert settings.GIT_SYNC_INTERVAL == 90.0
+    assert settings.GIT_DENY_CIDRS == PRIVATE_RANGES_LIST
+    assert settings.GIT_ALLOW_REMOTES == []
     assert settings.API_KEY is not None
     assert settings.API_KEY.get_secret_value() == "s3cret"
     assert "s3cret" not in repr(settings)
@@ -60,6 +63,13 @@ def test_values_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> No
         ("DATABASE_URL", "mysql://x"),
         ("ARGO_DATA_INSTANCE_ID", "data controller"),
         ("ARGO_DATA_INSTANCE_ID", "x" * 64),
+        ("GIT_DENY_CIDRS", "10.0.0.0/8,10.0.0.0/33"),
+        ("GIT_ALLOW_REMOTES", "git.internal"),
+        ("GIT_ALLOW_REMOTES", "git.internal:0"),
+        ("GIT_ALLOW_REMOTES", "git.internal:443,[not-v6]:443"),
+        ("GIT_ALLOW_REMOTES", "[fd00::zz]:443"),
+        ("GIT_FETCH_CONCURRENCY", "0"),
+        ("DATA_SECRETS_MAX_PER_TENANT", "0"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_variable(
@@ -71,6 +81,15 @@ def test_a_bad_value_is_one_line_naming_the_variable(
         load_settings()
     assert error.value.message.startswith(name)
     assert "\n" not in error.value.message
+
+
+def test_git_remotes_are_read_as_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", DB)
+    monkeypatch.setenv("GIT_DENY_CIDRS", "100.64.0.0/10, fd00::/8")
+    monkeypatch.setenv("GIT_ALLOW_REMOTES", "git.internal:443, [fd00::7]:8443")
+    settings = load_settings()
+    assert settings.GIT_DENY_CIDRS == ["100.64.0.0/10", "fd00::/8"]
+    assert settings.GIT_ALLOW_REMOTES == ["git.internal:443", "[fd00::7]:8443"]
 
 
 def test_missing_database_url_is_named() -> None:
