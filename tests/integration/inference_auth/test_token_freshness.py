@@ -23,6 +23,7 @@ from tests.unit.chart._render import RELEASE, find, rendered
 
 DOMAIN = "models.example.com"
 HOST = "churn-production.acme.models.example.com"
+OTHER_HOST = "fraud-production.acme.models.example.com"
 # What the LISTEN connection's startup message announces (application_name); the pool's differs.
 LISTEN_CONNECTION = b"wm-inference-auth-listen\x00"
 
@@ -60,7 +61,9 @@ async def _until(status: Callable[[], Awaitable[int]], expected: int, *, within:
 
 async def _metric(service: Instance, line: str, *, within: float = 5.0) -> None:
     async with asyncio.timeout(within):
-        while line not in await service.metrics():
+        while True:
+            if line in await service.metrics():
+                return
             await asyncio.sleep(0.02)
 
 
@@ -82,6 +85,32 @@ async def test_ten_thousand_bogus_tokens_reach_neither_postgresql_nor_redis(
         assert pg.sent(excluding=LISTEN_CONNECTION) - queried == 0  # no query through the pool
         assert rd.sent() - asked == 0
         assert await service.status(issued.token, HOST) == 200
+
+
+async def test_while_the_set_cannot_be_trusted_unknown_ids_are_shared_through_redis(
+    db: asyncpg.Pool, reader_url: str, redis_url: str, start_instance: Start
+) -> None:
+    import redis.asyncio as redis
+
+    async with _proxied(reader_url) as (pg, pg_url):
+        service = await start_instance(DATABASE_URL=pg_url)
+        await _metric(service, "wm_inference_auth_redis_up 1.0")
+        trusted_guess, trusted_id, _ = new_token()
+        assert await service.status(trusted_guess, HOST) == 401
+        pg.freeze(LISTEN_CONNECTION)
+        await _metric(service, "wm_inference_auth_listening 0.0")
+        guess, lookup_id, _ = new_token()
+        assert await service.status(guess, HOST) == 401  # read through the pool: unknown
+        client = redis.Redis.from_url(redis_url)
+        try:
+            async with asyncio.timeout(5):
+                while True:
+                    if await client.exists(f"wmi:neg:{lookup_id}"):
+                        break
+                    await asyncio.sleep(0.02)
+            assert not await client.exists(f"wmi:neg:{trusted_id}")  # refused from memory
+        finally:
+            await client.aclose()
 
 
 @pytest.mark.parametrize("fault", ["half-open", "down"])
@@ -149,6 +178,7 @@ async def test_postgresql_away_leaves_the_replica_in_the_service(
         await _metric(service, "wm_inference_auth_listening 0.0")
         assert await service.status(known.token, HOST) == 200  # the stale cache answers
         assert await service.status(unseen.token, HOST) == 401  # never seen: fail closed
+        assert await service.status(known.token, OTHER_HOST) == 403
         for probe, path in paths.items():
             async with service.http.get(f"{service.health}{path}") as response:
                 assert response.status == 200, (probe, path, await response.text())
