@@ -202,6 +202,7 @@ class TokenCache:
         self._heard_while_loading = None
         self._entries.clear()
         self._negative.clear()
+        self._reads_down_until = -math.inf  # PostgreSQL answered: read again at once
         self.loaded = self.ever_loaded = True
         self.alive(sent_at)
 

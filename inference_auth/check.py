@@ -159,11 +159,12 @@ class Checker:
         lookup id outside the live set costs no round trip), else read from PostgreSQL."""
         cache = self._cache
         now = time.monotonic()
+        trusted = cache.trusted(now)
         entry = cache.get(lookup_id, now)
         if entry is not None:
-            _LOOKUPS["hit"] += 1
+            _LOOKUPS["hit" if trusted else "stale"] += 1
             return entry
-        if cache.trusted(now) and not cache.known(lookup_id):
+        if trusted and not cache.known(lookup_id):
             _LOOKUPS["unknown"] += 1
             return None
         return await self._read(lookup_id)

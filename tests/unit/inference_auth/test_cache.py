@@ -148,6 +148,15 @@ def test_while_reads_fail_the_stale_entry_answers_from_memory_then_a_read_is_ret
     assert cache.reads_allowed(102.6)
 
 
+def test_a_load_ends_the_wait_for_reads() -> None:
+    cache = _listening(at=100.0)
+    cache.disconnected()
+    cache.read_failed(101.0)
+    cache.connected()
+    cache.load(["live"], sent_at=101.2)
+    assert cache.reads_allowed(101.3)
+
+
 def test_reads_failing_never_serve_past_stale_for() -> None:
     cache = _listening(at=100.0)
     cache.put("live", _entry(), generation=cache.generation, now=100.0)
