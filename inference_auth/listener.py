@@ -114,10 +114,11 @@ class TokenListener:
                 )
                 done, _ = await asyncio.wait({ping}, timeout=PING_TIMEOUT - TRUST_FOR)
                 if not done:
-                    ping.cancel()
-                    ping.add_done_callback(lambda task: task.cancelled() or task.exception())
                     log.warning("token_listen_given_up", seconds=PING_TIMEOUT)
                     POSTGRESQL_UP.set(0)
+                    # A silent socket has nothing to close politely: drop it and reconnect.
+                    ping.add_done_callback(lambda task: task.cancelled() or task.exception())
+                    connection.terminate()
                     return
                 log.info("token_listen_answered", seconds=round(time.monotonic() - sent, 3))
             if ping.exception() is not None:

@@ -222,3 +222,25 @@ async def test_a_replica_that_never_reached_postgresql_is_not_ready(
                 await _until(readiness, 200, within=10.0)
         finally:
             await supervisor.shutdown(2.0)
+
+
+async def test_a_half_open_listen_connection_is_given_up_and_replaced(
+    db: asyncpg.Pool, reader_url: str, start_instance: Start
+) -> None:
+    store = await _store(db)
+    issued = await store.issue(tenant="acme", model="churn", environment="production", actor="t")
+    async with _proxied(reader_url) as (pg, pg_url):
+        service = await start_instance(DATABASE_URL=pg_url)
+        assert await service.status(issued.token, HOST) == 200
+        pg.freeze(LISTEN_CONNECTION)
+        await _metric(service, "wm_inference_auth_listening 0.0")
+        pg.restore()  # the frozen socket stays silent; a new connection would pass
+        # Given up after 2 s without an answer; the new connection loads the set again.
+        await _metric(service, "wm_inference_auth_listening 1.0", within=10.0)
+        assert await service.status(issued.token, HOST) == 200  # read again: the cache was reset
+        queried = pg.sent(excluding=LISTEN_CONNECTION)
+        for _ in range(50):
+            assert await service.status(new_token()[0], HOST) == 401
+        assert pg.sent(excluding=LISTEN_CONNECTION) == queried  # trusted again: from memory
+        await store.revoke(issued.token_id, actor="t")
+        await _until(lambda: service.status(issued.token, HOST), 401, within=1.0)  # heard
