@@ -80,7 +80,8 @@ class TokenCache:
         self._entries: dict[str, Entry] = {}
         self._negative: dict[str, float] = {}
         self._known: set[str] = set()
-        self._heard_while_loading: set[str] | None = None  # ids notified during a load
+        # Ids notified since the set was last loaded, while it is not (the next load keeps them).
+        self._heard_while_loading: set[str] | None = set()
         self._stale_for = stale_for
         self._trust_for = trust_for
         self._negative_ttl = negative_ttl
@@ -190,13 +191,14 @@ class TokenCache:
         self.listening = True
         self.loaded = False
         self._trusted_until = -math.inf
-        self._heard_while_loading = set()
+        if self._heard_while_loading is None:
+            self._heard_while_loading = set()
 
     def load(self, lookup_ids: Iterable[str], *, sent_at: float) -> None:
         """The live lookup ids, read on the LISTEN connection by a query sent at ``sent_at``
         after the LISTEN was in place: what was missed is forgotten, the set is current."""
         if not self.listening or self._heard_while_loading is None:
-            return
+            return  # not connected, or loaded already
         self.generation += 1
         self._known = set(lookup_ids) | self._heard_while_loading
         self._heard_while_loading = None
@@ -225,5 +227,6 @@ class TokenCache:
         """The LISTEN connection is lost (or given up): trust ends now."""
         self.listening = False
         self.loaded = False
-        self._heard_while_loading = None
+        if self._heard_while_loading is None:
+            self._heard_while_loading = set()
         self._trusted_until = -math.inf

@@ -105,6 +105,19 @@ def test_new_tokens_join_the_set_also_while_loading() -> None:
     assert cache.known("issued-later")
 
 
+def test_a_token_heard_before_the_reconnection_is_kept_by_the_next_load() -> None:
+    cache = _listening(at=1.0)
+    cache.disconnected()
+    cache.token_changed("heard-on-the-way-down")
+    cache.connected()
+    cache.load(["old"], sent_at=2.0)
+    assert cache.known("heard-on-the-way-down")
+    cache.disconnected()
+    cache.connected()
+    cache.load(["old"], sent_at=3.0)
+    assert not cache.known("heard-on-the-way-down")  # not live: only kept until one load
+
+
 def test_changes_drop_entries_and_negatives() -> None:
     cache = _listening(("a", "b"), at=10.0)
     cache.put("a", _entry(1, deployment_id=7), generation=cache.generation, now=10.0)
