@@ -106,21 +106,14 @@ class TokenListener:
                     raise DependencyDown(f"loading the live tokens: {type(exc).__name__}") from exc
             sent = time.monotonic()
             ping = asyncio.ensure_future(connection.fetchval("SELECT 1"))
-            done, _ = await asyncio.wait({ping}, timeout=TRUST_FOR)
-            if not done:
-                LISTENING.set(0)
-                log.warning(
-                    "token_listen_unanswered", seconds=TRUST_FOR, consequence="read_through"
-                )
-                done, _ = await asyncio.wait({ping}, timeout=PING_TIMEOUT - TRUST_FOR)
-                if not done:
-                    log.warning("token_listen_given_up", seconds=PING_TIMEOUT)
-                    POSTGRESQL_UP.set(0)
+            try:
+                if not await self._answered(ping, sent):
                     # A silent socket has nothing to close politely: drop it and reconnect.
-                    ping.add_done_callback(lambda task: task.cancelled() or task.exception())
                     connection.terminate()
                     return
-                log.info("token_listen_answered", seconds=round(time.monotonic() - sent, 3))
+            finally:
+                if not ping.done():
+                    ping.cancel()
             if ping.exception() is not None:
                 return
             self._cache.alive(sent)
@@ -131,3 +124,18 @@ class TokenListener:
                     await listened.lost.wait()
             except TimeoutError:
                 continue
+
+    async def _answered(self, ping: asyncio.Future[Any], sent: float) -> bool:
+        """Wait for the ping; False when it is given up (unanswered for ``PING_TIMEOUT``)."""
+        done, _ = await asyncio.wait({ping}, timeout=TRUST_FOR)
+        if done:
+            return True
+        LISTENING.set(0)
+        log.warning("token_listen_unanswered", seconds=TRUST_FOR, consequence="read_through")
+        done, _ = await asyncio.wait({ping}, timeout=PING_TIMEOUT - TRUST_FOR)
+        if done:
+            log.info("token_listen_answered", seconds=round(time.monotonic() - sent, 3))
+            return True
+        log.warning("token_listen_given_up", seconds=PING_TIMEOUT)
+        POSTGRESQL_UP.set(0)
+        return False
