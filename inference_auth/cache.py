@@ -5,7 +5,9 @@ Three things, all kept current by the NOTIFYs of channel ``inference_tokens``
 
 - the set of live lookup ids, loaded whole each time the LISTEN is in place and grown by every
   notification about a token (an insert notifies too, migration 0013): while it is trusted, a
-  lookup id outside it is refused with no PostgreSQL or Redis round trip;
+  lookup id outside it is refused with no PostgreSQL or Redis round trip, once a proof of life
+  sent after the request arrived shows that a token committed just before was not missed
+  (``heard_since``);
 - the entries, lookup id -> what a presented token is checked against, dropped on each
   notification about their token or deployment;
 - lookup ids found unknown in PostgreSQL, remembered for ``negative_ttl`` (they matter only
@@ -91,6 +93,7 @@ class TokenCache:
         self.loaded = False  # the set was loaded since the connection was (re)opened
         self.ever_loaded = False
         self._trusted_until = -math.inf  # monotonic
+        self._proof_sent = -math.inf  # monotonic: when the latest answered ping was sent
         self._stale_until = -math.inf  # monotonic: the last proof of life plus stale_for
         self._reads_down_until = -math.inf  # monotonic: PostgreSQL failed a read; wait
         # Bumped by every invalidation: a read from PostgreSQL that started before one may be
@@ -118,6 +121,11 @@ class TokenCache:
         if now < self._reads_down_until and now < self._stale_until:
             return self._entries.get(lookup_id)
         return None
+
+    def heard_since(self, moment: float) -> bool:
+        """Whether every change committed before ``moment`` has been heard (an answered ping
+        sent at or after it)."""
+        return self._proof_sent >= moment
 
     def known(self, lookup_id: str) -> bool:
         """Whether ``lookup_id`` may be a live token's (meaningful while ``trusted``)."""
@@ -190,7 +198,7 @@ class TokenCache:
         self.generation += 1
         self.listening = True
         self.loaded = False
-        self._trusted_until = -math.inf
+        self._trusted_until = self._proof_sent = -math.inf
         if self._heard_while_loading is None:
             self._heard_while_loading = set()
 
@@ -220,6 +228,7 @@ class TokenCache:
         committed before then has been heard."""
         if not (self.listening and self.loaded):
             return
+        self._proof_sent = max(self._proof_sent, sent_at)
         self._trusted_until = max(self._trusted_until, sent_at + self._trust_for)
         self._stale_until = max(self._stale_until, sent_at + self._stale_for)
 
@@ -229,4 +238,4 @@ class TokenCache:
         self.loaded = False
         if self._heard_while_loading is None:
             self._heard_while_loading = set()
-        self._trusted_until = -math.inf
+        self._trusted_until = self._proof_sent = -math.inf

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -69,9 +70,11 @@ class Checker:
         store: Lookup,
         cache: TokenCache,
         guard: RedisGuard | None,
+        heard: Callable[[float], Awaitable[bool]] | None = None,
         lookup_timeout: float = 2.0,
     ) -> None:
         self._store = store
+        self._heard = heard  # the listener's: every change before a moment heard (or False)
         self._lookup_timeout = lookup_timeout
         self._cache = cache
         self._guard = guard
@@ -165,8 +168,13 @@ class Checker:
             _LOOKUPS["hit" if trusted else "stale"] += 1
             return entry
         if trusted and not cache.known(lookup_id):
-            _LOOKUPS["unknown"] += 1
-            return None
+            # A token committed just before this request may not be heard yet: wait for the
+            # listener's next answered ping (no query of its own) before calling it unknown.
+            if self._heard is not None and not await self._heard(now):
+                return await self._read(lookup_id)  # no longer trusted: read through
+            if not cache.known(lookup_id):
+                _LOOKUPS["unknown"] += 1
+                return None
         return await self._read(lookup_id)
 
     def _verified_before(self, authorization: str | None) -> tuple[str, Entry] | None:

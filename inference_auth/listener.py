@@ -43,6 +43,7 @@ class TokenListener:
     def __init__(self, source: Settings | str, cache: TokenCache) -> None:
         self._source = source
         self._cache = cache
+        self._ping_answered = asyncio.Event()  # set, then replaced, at each answered ping
         LISTENING.set(0)
         POSTGRESQL_UP.set(0)
 
@@ -76,6 +77,22 @@ class TokenListener:
             first_delay=_FIRST_DELAY,
             max_delay=_MAX_DELAY,
         )
+
+    async def heard(self, since: float) -> bool:
+        """Wait until every change committed before ``since`` (monotonic) has been heard: the
+        next answered ping sent after it, at most a ping period and a round trip away, with
+        no query of its own. False when the cache stops being trusted first."""
+        cache = self._cache
+        while not cache.heard_since(since):
+            if not cache.trusted(time.monotonic()):
+                return False
+            answered = self._ping_answered
+            try:
+                async with asyncio.timeout(TRUST_FOR):
+                    await answered.wait()
+            except TimeoutError:
+                return False
+        return True
 
     def _listening(self) -> None:
         self._cache.connected()  # nothing trusted until the set is loaded
@@ -117,6 +134,8 @@ class TokenListener:
             if ping.exception() is not None:
                 return
             self._cache.alive(sent)
+            self._ping_answered.set()
+            self._ping_answered = asyncio.Event()
             LISTENING.set(1)
             POSTGRESQL_UP.set(1)
             try:

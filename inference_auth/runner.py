@@ -59,8 +59,8 @@ async def inference_auth_parts(settings: Settings) -> AsyncIterator[Parts]:
             stale_for=settings.INFERENCE_AUTH_STALE_FOR,
             negative_ttl=settings.INFERENCE_AUTH_NEGATIVE_TTL,
         )
-        checker = Checker(store=TokenStore(pool), cache=cache, guard=guard)
         listener = TokenListener(settings, cache)
+        checker = Checker(store=TokenStore(pool), cache=cache, guard=guard, heard=listener.heard)
         KNOWN_TOKENS.set_function(lambda: cache.known_count)
         yield Parts(pool, cache, guard, listener, checker)
     finally:

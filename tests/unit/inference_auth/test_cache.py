@@ -273,3 +273,18 @@ def test_an_entry_ends_at_its_first_end(
     )
     assert Entry.of(record).not_after == not_after
     assert entry.not_after == math.inf
+
+
+def test_heard_since_needs_a_proof_sent_at_or_after_the_moment() -> None:
+    cache = _listening(at=100.0)
+    assert cache.heard_since(100.0)
+    assert not cache.heard_since(100.05)
+    cache.alive(100.1)
+    assert cache.heard_since(100.05)
+    cache.disconnected()  # a proof of the lost connection says nothing about the next
+    assert not cache.heard_since(100.05)
+    cache.connected()
+    cache.alive(100.2)  # before the load: ignored
+    assert not cache.heard_since(100.05)
+    cache.load([], sent_at=100.3)
+    assert cache.heard_since(100.3)

@@ -121,3 +121,41 @@ async def test_stale_entries_end_with_stale_for() -> None:
     cache.disconnected()
     store.away = True
     assert await _status(checker, known) == 401
+
+
+async def test_an_unknown_id_waits_for_proof_that_nothing_was_missed() -> None:
+    """A token committed just before its first request may not be heard yet: the check waits
+    for the listener's next proof of life (``heard``) before refusing it from memory."""
+    store = Store()
+    cache = TokenCache(stale_for=3600.0, negative_ttl=30.0, trust_for=3600.0)
+    cache.connected()
+    cache.load([], sent_at=time.monotonic())
+    token, lookup_id = store.issue()  # committed; its notification still on the way
+    asked: list[float] = []
+
+    async def heard(since: float) -> bool:
+        asked.append(since)
+        cache.token_changed(lookup_id)  # the notification arrives before the next ping's answer
+        cache.alive(time.monotonic())
+        return True
+
+    checker = Checker(store=store, cache=cache, guard=None, heard=heard)
+    assert await _status(checker, token) == 200
+    assert await _status(checker, new_token()[0]) == 401
+    assert len(asked) == 2
+    assert store.reads == 1  # the new token's; the guess cost no read
+
+
+async def test_an_unknown_id_is_read_through_when_trust_ends_while_waiting() -> None:
+    store = Store()
+    cache = TokenCache(stale_for=3600.0, negative_ttl=30.0, trust_for=3600.0)
+    cache.connected()
+    cache.load([], sent_at=time.monotonic())
+    token, _ = store.issue()
+
+    async def heard(since: float) -> bool:
+        return False  # the LISTEN connection went quiet
+
+    checker = Checker(store=store, cache=cache, guard=None, heard=heard)
+    assert await _status(checker, token) == 200
+    assert store.reads == 1
