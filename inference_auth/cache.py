@@ -122,6 +122,10 @@ class TokenCache:
             return self._entries.get(lookup_id)
         return None
 
+    def trust_left(self, now: float) -> float:
+        """Seconds the cache stays trusted without a new proof of life (0: not trusted)."""
+        return max(0.0, self._trusted_until - now)
+
     def heard_since(self, moment: float) -> bool:
         """Whether every change committed before ``moment`` has been heard (an answered ping
         sent at or after it)."""

@@ -84,11 +84,12 @@ class TokenListener:
         no query of its own. False when the cache stops being trusted first."""
         cache = self._cache
         while not cache.heard_since(since):
-            if not cache.trusted(time.monotonic()):
+            left = cache.trust_left(time.monotonic())
+            if left <= 0:
                 return False
             answered = self._ping_answered
             try:
-                async with asyncio.timeout(TRUST_FOR):
+                async with asyncio.timeout(left):
                     await answered.wait()
             except TimeoutError:
                 return False

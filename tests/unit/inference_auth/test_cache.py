@@ -64,6 +64,8 @@ def test_nothing_is_trusted_before_the_set_is_loaded() -> None:
 
 def test_trust_lasts_trust_for_from_the_latest_proof_of_life() -> None:
     cache = _listening(at=100.0)
+    assert cache.trust_left(100.1) == pytest.approx(TRUST - 0.1)
+    assert cache.trust_left(101.0) == 0
     assert cache.trusted(100.0 + TRUST - 0.001)
     assert not cache.trusted(100.0 + TRUST)
     cache.alive(100.4)
