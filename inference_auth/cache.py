@@ -20,8 +20,9 @@ committed earlier has been heard. The set and the entries are trusted for ``trus
 seconds from the latest such proof, and only while the connection is up and the set loaded
 since it was (re)opened. Untrusted, a token is read through the pool and not cached; when
 PostgreSQL cannot be read at all, entries keep answering for ``stale_for`` seconds from the
-last proof (``stale``), and reads are tried again at most every ``retry_reads_after`` seconds
-meanwhile, so that a PostgreSQL that does not answer costs the requests nothing.
+last proof (``stale``), and one read at a time is tried again every ``retry_reads_after``
+seconds meanwhile (``start_read``), so that a PostgreSQL that does not answer keeps at most one
+request waiting.
 
 No I/O here: the clock values (monotonic seconds) come in as arguments.
 """
@@ -96,6 +97,7 @@ class TokenCache:
         self._proof_sent = -math.inf  # monotonic: when the latest answered ping was sent
         self._stale_until = -math.inf  # monotonic: the last proof of life plus stale_for
         self._reads_down_until = -math.inf  # monotonic: PostgreSQL failed a read; wait
+        self._probing = False  # the one read trying PostgreSQL again is out
         # Bumped by every invalidation: a read from PostgreSQL that started before one may be
         # older than the notification and is not cached.
         self.generation = 0
@@ -118,7 +120,7 @@ class TokenCache:
         the entry is not older than ``stale_for`` (the hot path: no I/O either way)."""
         if now < self._trusted_until:
             return self._entries.get(lookup_id)
-        if now < self._reads_down_until and now < self._stale_until:
+        if (self._probing or now < self._reads_down_until) and now < self._stale_until:
             return self._entries.get(lookup_id)
         return None
 
@@ -142,21 +144,36 @@ class TokenCache:
             return self._entries.get(lookup_id)
         return None
 
-    def reads_allowed(self, now: float) -> bool:
-        """False for ``retry_reads_after`` seconds after a read failed."""
-        return now >= self._reads_down_until
+    def start_read(self, now: float) -> bool:
+        """Whether to read PostgreSQL now: always while it answers; once a read failed, one
+        read (the probe) each ``retry_reads_after`` seconds and none while it is out, so a
+        PostgreSQL that does not answer keeps one request waiting, not all of them. The
+        caller reports how the read ended (``read_failed``, ``read_succeeded`` or
+        ``read_abandoned``)."""
+        if self._reads_down_until == -math.inf:
+            return True
+        if self._probing or now < self._reads_down_until:
+            return False
+        self._probing = True
+        return True
 
     def read_failed(self, now: float) -> bool:
         """A read from PostgreSQL failed; True when it is news (PostgreSQL was up)."""
         news = self._reads_down_until == -math.inf
+        self._probing = False
         self._reads_down_until = now + self._retry_reads_after
         return news
 
     def read_succeeded(self) -> bool:
         """A read from PostgreSQL answered; True when it is news (PostgreSQL was down)."""
         news = self._reads_down_until != -math.inf
+        self._probing = False
         self._reads_down_until = -math.inf
         return news
+
+    def read_abandoned(self) -> None:
+        """A read ended without an answer either way (cancelled): the next may probe."""
+        self._probing = False
 
     def put(self, lookup_id: str, entry: Entry, *, generation: int, now: float) -> None:
         """Cache a read that started at ``generation``, unless something changed since or the
@@ -217,6 +234,7 @@ class TokenCache:
         self._entries.clear()
         self._negative.clear()
         self._reads_down_until = -math.inf  # PostgreSQL answered: read again at once
+        self._probing = False
         self.loaded = self.ever_loaded = True
         self.alive(sent_at)
 

@@ -237,12 +237,15 @@ class Checker:
             _LOOKUPS["negative"] += 1
             cache.remember_unknown(lookup_id, time.monotonic())
             return None
-        if not cache.reads_allowed(time.monotonic()):
-            return self._stale(lookup_id)
+        if not cache.start_read(time.monotonic()):
+            return self._stale(lookup_id)  # PostgreSQL away: one read at a time tries again
         generation = cache.generation
         try:
             async with asyncio.timeout(self._lookup_timeout):
                 record = await self._store.lookup(lookup_id)
+        except asyncio.CancelledError:
+            cache.read_abandoned()
+            raise
         except (WorkflowManagerError, TimeoutError) as exc:
             if cache.read_failed(time.monotonic()):
                 POSTGRESQL_UP.set(0)

@@ -145,31 +145,50 @@ def test_stale_entries_answer_for_stale_for_from_the_last_proof() -> None:
     assert cache.stale("never", 101.0) is None
 
 
-def test_while_reads_fail_the_stale_entry_answers_from_memory_then_a_read_is_retried() -> None:
+def test_while_reads_fail_the_stale_entry_answers_from_memory_then_one_read_probes() -> None:
     cache = _listening(at=100.0)
     entry = _entry()
     cache.put("live", entry, generation=cache.generation, now=100.0)
     cache.disconnected()
     assert cache.get("live", 101.0) is None  # untrusted, PostgreSQL not known away: read
-    assert cache.reads_allowed(101.0)
+    assert cache.start_read(101.0)
+    assert cache.start_read(101.0)  # while PostgreSQL answers, every read may go
     assert cache.read_failed(101.0) is True  # news: log it once
     assert cache.read_failed(101.5) is False
-    assert not cache.reads_allowed(102.0)
+    assert not cache.start_read(102.0)
     assert cache.get("live", 102.0) is entry  # the hot path serves it meanwhile
-    assert cache.reads_allowed(101.5 + RETRY)
     assert cache.get("live", 101.5 + RETRY) is None  # time to try PostgreSQL again
+    assert cache.start_read(101.5 + RETRY)  # the probe
+    assert not cache.start_read(101.5 + RETRY)  # one at a time: the others are served stale
+    assert cache.get("live", 101.5 + RETRY) is entry
     assert cache.read_succeeded() is True
     assert cache.read_succeeded() is False
-    assert cache.reads_allowed(102.6)
+    assert cache.start_read(102.6)
+    assert cache.start_read(102.6)
+    assert cache.get("live", 102.6) is None  # read through again
+
+
+def test_a_probe_that_fails_or_is_abandoned_lets_another_try() -> None:
+    cache = _listening(at=100.0)
+    cache.disconnected()
+    cache.read_failed(101.0)
+    assert cache.start_read(101.0 + RETRY)
+    cache.read_failed(101.0 + RETRY)
+    assert not cache.start_read(101.5 + RETRY)
+    assert cache.start_read(101.0 + 2 * RETRY)
+    cache.read_abandoned()
+    assert cache.start_read(101.0 + 2 * RETRY)
 
 
 def test_a_load_ends_the_wait_for_reads() -> None:
     cache = _listening(at=100.0)
     cache.disconnected()
     cache.read_failed(101.0)
+    assert cache.start_read(101.0 + RETRY)  # a probe out when the listener reconnects
     cache.connected()
     cache.load(["live"], sent_at=101.2)
-    assert cache.reads_allowed(101.3)
+    assert cache.start_read(101.3)
+    assert cache.start_read(101.3)
 
 
 def test_reads_failing_never_serve_past_stale_for() -> None:

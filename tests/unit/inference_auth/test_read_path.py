@@ -5,6 +5,7 @@ for the test and none at all once the LISTEN connection is lost."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from inference_auth.cache import TokenCache
@@ -24,6 +25,8 @@ class Store:
         self.records: dict[str, TokenRecord] = {}
         self.reads = 0
         self.away = False
+        self.hanging: asyncio.Event | None = None
+        self.hung = asyncio.Event()
 
     def issue(self) -> tuple[str, str]:
         token, lookup_id, secret = new_token()
@@ -39,6 +42,9 @@ class Store:
 
     async def lookup(self, lookup_id: str) -> TokenRecord | None:
         self.reads += 1
+        if self.hanging is not None:  # PostgreSQL does not answer until the test says so
+            self.hung.set()
+            await self.hanging.wait()
         if self.away:
             raise DependencyDown("PostgreSQL does not answer")
         return self.records.get(lookup_id)
@@ -159,3 +165,27 @@ async def test_an_unknown_id_is_read_through_when_trust_ends_while_waiting() -> 
     checker = Checker(store=store, cache=cache, guard=None, heard=heard)
     assert await _status(checker, token) == 200
     assert store.reads == 1
+
+
+async def test_postgresql_not_answering_keeps_one_read_waiting_not_every_request() -> None:
+    store = Store()
+    first, _ = store.issue()
+    second, _ = store.issue()
+    cache = TokenCache(stale_for=3600.0, negative_ttl=30.0, trust_for=3600.0, retry_reads_after=0)
+    cache.connected()
+    cache.load(list(store.records), sent_at=time.monotonic())
+    checker = Checker(store=store, cache=cache, guard=None)
+    assert await _status(checker, first) == 200
+    assert await _status(checker, second) == 200
+    cache.disconnected()
+    store.away = True
+    assert await _status(checker, first) == 200  # the read failed: stale
+    store.hanging = asyncio.Event()
+    probe = asyncio.create_task(_status(checker, first))  # the one read trying again
+    await store.hung.wait()
+    async with asyncio.timeout(5):  # a wait on the hung PostgreSQL would never end
+        assert await _status(checker, second) == 200  # from the cache
+        assert await _status(checker, first) == 200
+    assert store.reads == 4  # no other read while the probe is out
+    store.hanging.set()
+    assert await probe == 200
