@@ -24,12 +24,13 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
 from inference_auth.cache import Entry, TokenCache
 from inference_auth.guard import RedisGuard
-from inference_auth.metrics import NO_DEPLOYMENT, STATS
+from inference_auth.metrics import NO_DEPLOYMENT, POSTGRESQL_UP, STATS
 from shared.db.inference_tokens import TokenRecord
 from shared.errors import WorkflowManagerError
 from shared.inference_tokens import (
@@ -76,9 +77,11 @@ class Checker:
         store: Lookup,
         cache: TokenCache,
         guard: RedisGuard | None,
+        heard: Callable[[float], Awaitable[bool]] | None = None,
         lookup_timeout: float = 2.0,
     ) -> None:
         self._store = store
+        self._heard = heard  # the listener's: every change before a moment heard (or False)
         self._lookup_timeout = lookup_timeout
         self._cache = cache
         self._guard = guard
@@ -164,24 +167,38 @@ class Checker:
         return self._decision(200, "allowed", entry.deployment)
 
     async def _verify(self, authorization: str | None) -> tuple[str, Entry] | None:
-        """The full path: parse, find the entry (cache, else PostgreSQL), compare the hash."""
+        """The full path: parse, find the entry (``_entry``), compare the hash."""
         parsed = bearer_token(authorization)
         if parsed is None:
             return None
         lookup_id, secret = parsed
-        entry = self._cache.get(lookup_id, time.monotonic())
-        if entry is None:
-            entry = await self._read(lookup_id)
-            if entry is None:
-                return None
-        else:
-            _LOOKUPS["hit"] += 1
-        if not hash_matches(lookup_id, secret, entry.secret_hash):
+        entry = await self._entry(lookup_id)
+        if entry is None or not hash_matches(lookup_id, secret, entry.secret_hash):
             return None
         if len(self._verified) >= _MAX_VERIFIED:
             self._verified.clear()
         self._verified[lookup_id] = (secret, entry)
         return lookup_id, entry
+
+    async def _entry(self, lookup_id: str) -> Entry | None:
+        """What the token is checked against: from memory while the cache is trusted (a
+        lookup id outside the live set costs no round trip), else read from PostgreSQL."""
+        cache = self._cache
+        now = time.monotonic()
+        trusted = cache.trusted(now)
+        entry = cache.get(lookup_id, now)
+        if entry is not None:
+            _LOOKUPS["hit" if trusted else "stale"] += 1
+            return entry
+        if trusted and not cache.known(lookup_id):
+            # A token committed just before this request may not be heard yet: wait for the
+            # listener's next answered ping (no query of its own) before calling it unknown.
+            if self._heard is not None and not await self._heard(now):
+                return await self._read(lookup_id)  # no longer trusted: read through
+            if not cache.known(lookup_id):
+                _LOOKUPS["unknown"] += 1
+                return None
+        return await self._read(lookup_id)
 
     def _verified_before(self, authorization: str | None) -> tuple[str, Entry] | None:
         """The lookup id and cached entry of a token presented in its canonical form
@@ -236,25 +253,48 @@ class Checker:
         return entry
 
     async def _fetch(self, lookup_id: str) -> Entry | None:
-        if self._guard is not None and await self._guard.known_unknown(lookup_id):
+        cache = self._cache
+        trusted = cache.trusted(time.monotonic())
+        # Untrusted, the set cannot refuse a guess: the shared negative cache can.
+        if not trusted and self._guard is not None and await self._guard.known_unknown(lookup_id):
             _LOOKUPS["negative"] += 1
-            self._cache.remember_unknown(lookup_id, time.monotonic())
+            cache.remember_unknown(lookup_id, time.monotonic())
             return None
-        generation = self._cache.generation
+        if not cache.start_read(time.monotonic()):
+            return self._stale(lookup_id)  # PostgreSQL away: one read at a time tries again
+        generation = cache.generation
         try:
             async with asyncio.timeout(self._lookup_timeout):
                 record = await self._store.lookup(lookup_id)
-        except (WorkflowManagerError, TimeoutError):
-            _LOOKUPS["unavailable"] += 1
-            return None
+        except asyncio.CancelledError:
+            cache.read_abandoned()
+            raise
+        except (WorkflowManagerError, TimeoutError) as exc:
+            if cache.read_failed(time.monotonic()):
+                POSTGRESQL_UP.set(0)
+                log.warning(
+                    "postgresql_unreachable",
+                    error=type(exc).__name__,
+                    consequence="cached tokens served stale, others refused",
+                )
+            return self._stale(lookup_id)
+        if cache.read_succeeded():
+            POSTGRESQL_UP.set(1)
+            log.info("postgresql_reachable")
         _LOOKUPS["miss"] += 1
         if record is None:
-            self._cache.remember_unknown(lookup_id, time.monotonic())
+            cache.remember_unknown(lookup_id, time.monotonic())
             if self._guard is not None:
                 task = asyncio.create_task(self._guard.remember_unknown(lookup_id))
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
             return None
         entry = Entry.of(record)
-        self._cache.put(lookup_id, entry, generation=generation)
+        cache.put(lookup_id, entry, generation=generation, now=time.monotonic())
+        return entry
+
+    def _stale(self, lookup_id: str) -> Entry | None:
+        """PostgreSQL cannot be read: the entry as last heard, while not too old; else None."""
+        entry = self._cache.stale(lookup_id, time.monotonic())
+        _LOOKUPS["stale" if entry is not None else "unavailable"] += 1
         return entry

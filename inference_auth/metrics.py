@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 NO_DEPLOYMENT: Final = "-"
 
 CHECK_BUCKETS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
-LOOKUP_RESULTS: Final = ("hit", "negative", "miss", "unavailable")
+LOOKUP_RESULTS: Final = ("hit", "unknown", "negative", "miss", "stale", "unavailable")
 
 
 class CheckStats:
@@ -65,9 +65,11 @@ class CheckStats:
         )
         lookups = CounterMetricFamily(
             "wm_inference_auth_cache_lookups",
-            "Token lookups by where they were answered: hit (in-process cache), negative (known "
-            "unknown, in-process or Redis), miss (read from PostgreSQL), unavailable (PostgreSQL "
-            "could not be read: refused).",
+            "Token lookups by where they were answered: hit (in-process cache), unknown (not a "
+            "live lookup id: refused from memory), negative (found unknown before, in-process or "
+            "Redis), miss (read from PostgreSQL), stale (PostgreSQL could not be read: the cached "
+            "entry answered), unavailable (PostgreSQL could not be read and nothing cached: "
+            "refused).",
             labels=["result"],
         )
         for result, count in self.lookups.items():
@@ -88,5 +90,15 @@ REDIS_UP = Gauge(
 )
 LISTENING = Gauge(
     "wm_inference_auth_listening",
-    "1 while the LISTEN connection for token changes is up (cached tokens are current).",
+    "1 while the LISTEN connection for token changes answers its pings (the cache and the set of "
+    "live tokens are current); 0: tokens are read through the pool, or served stale.",
+)
+POSTGRESQL_UP = Gauge(
+    "wm_inference_auth_postgresql_up",
+    "1 while PostgreSQL answers (the LISTEN connection's pings, reads through the pool); 0: "
+    "cached tokens answer for INFERENCE_AUTH_STALE_FOR, others are refused.",
+)
+KNOWN_TOKENS = Gauge(
+    "wm_inference_auth_known_tokens",
+    "Live lookup ids held in memory (an id outside them is refused without a round trip).",
 )

@@ -3,8 +3,9 @@ token tables and nothing else), the token cache and its LISTEN connection, Redis
 HTTP_PORT, and health and metrics on HEALTH_PORT.
 
 It applies no migrations: its role may not (the other deployables do, at their start); until the
-tables exist every token is refused and ``/readyz`` says why. Replicas are stateless: each keeps
-its own cache, current through PostgreSQL notifications.
+tables exist it cannot load the live tokens and ``/readyz`` says why. Once it has, ``/readyz``
+stays 200 whatever PostgreSQL does (docs/inference-auth.md, "Speed, freshness and failures").
+Replicas are stateless: each keeps its own cache, current through PostgreSQL notifications.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from inference_auth.cache import TokenCache
 from inference_auth.check import Checker
 from inference_auth.guard import RedisGuard
 from inference_auth.listener import TokenListener
+from inference_auth.metrics import KNOWN_TOKENS
 from inference_auth.protocol import CheckServer
 from shared.config import Settings
 from shared.db.inference_tokens import TokenStore
-from shared.db.pool import create_pool, database_ready
+from shared.db.pool import create_pool
 from shared.health import HealthServer
 from shared.logging import get_logger
 from shared.tasks import Supervisor
@@ -57,8 +59,9 @@ async def inference_auth_parts(settings: Settings) -> AsyncIterator[Parts]:
             stale_for=settings.INFERENCE_AUTH_STALE_FOR,
             negative_ttl=settings.INFERENCE_AUTH_NEGATIVE_TTL,
         )
-        checker = Checker(store=TokenStore(pool), cache=cache, guard=guard)
         listener = TokenListener(settings, cache)
+        checker = Checker(store=TokenStore(pool), cache=cache, guard=guard, heard=listener.heard)
+        KNOWN_TOKENS.set_function(lambda: cache.known_count)
         yield Parts(pool, cache, guard, listener, checker)
     finally:
         await guard.close()
@@ -71,8 +74,10 @@ async def run(settings: Settings, workers: Supervisor) -> None:
         HealthServer.from_settings(settings) as health,
         inference_auth_parts(settings) as parts,
     ):
-        health.add_check("postgresql", database_ready(parts.pool))
-        health.add_check("token_listener", parts.listener.ready)
+        # Ready means "can answer checks": once the live tokens are loaded, PostgreSQL away
+        # does not take a replica out of the Service (cached tokens answer, stale); the
+        # metrics and logs say it is away.
+        health.add_check("tokens_loaded", parts.listener.ready)
         workers.spawn("token_listener", parts.listener.run)
         workers.spawn("redis_probe", parts.guard.probe_loop)
         server = CheckServer(parts.checker, asyncio.get_running_loop())
