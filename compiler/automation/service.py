@@ -117,6 +117,11 @@ class ScheduleService:
         namespace = f"{L.DATA_NAMESPACE_PREFIX}{tenant}"
         await self._objects.delete(API_VERSION, KIND, namespace, cron_workflow_name(pipeline_id))
 
+    async def settle(
+        self, tenant: str, kind: PipelineKind, pipeline_id: str, current: Current | None
+    ) -> None:
+        """Nothing to drop: a CronWorkflow is made again as it was from the recorded state."""
+
     # --- pause, resume, state ----------------------------------------------------------------
     async def pause(
         self, caller: Caller, kind: PipelineKind, pipeline_id: str, *, paused: bool

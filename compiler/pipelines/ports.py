@@ -73,11 +73,22 @@ class Current:
 
 
 class Attachment(Protocol):
-    """Something a pipeline owns that follows its current version (see the module docstring)."""
+    """Something a pipeline owns that follows its current version
+    (``compiler.pipelines.attaching``).
+
+    ``attach`` (create, update, rollback) and ``detach`` (delete) run inside the save's
+    transaction and must leave what the previous version needs restorable: something that cannot
+    be made again as it was (a webhook's token) is dropped only in ``settle``, called once the
+    outcome is recorded, with the version then current (None: the pipeline is gone).
+    """
 
     async def attach(self, current: Current) -> None: ...
 
     async def detach(self, tenant: str, kind: PipelineKind, pipeline_id: str) -> None: ...
+
+    async def settle(
+        self, tenant: str, kind: PipelineKind, pipeline_id: str, current: Current | None
+    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
