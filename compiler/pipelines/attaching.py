@@ -26,8 +26,8 @@ from typing import Any, Final
 
 import asyncpg
 
-from compiler.pipelines.ports import Attachment, Current, Objects
-from shared.db.pipelines import PipelineStore, VersionRow
+from compiler.pipelines.ports import Attachment, Current, Objects, pause_of
+from shared.db.pipelines import PipelineRow, PipelineStore, VersionRow
 from shared.errors import WorkflowManagerError
 from shared.logging import get_logger
 from shared.pipelines import PipelineKind
@@ -38,9 +38,24 @@ ARGO_API_VERSION: Final = "argoproj.io/v1alpha1"
 TEMPLATE_KIND: Final = "WorkflowTemplate"
 
 
-def current_of(tenant: str, kind: PipelineKind, name: str, row: VersionRow) -> Current:
-    """What the attachments of a pipeline named ``name`` follow when ``row`` is current."""
-    return Current(tenant=tenant, kind=kind, pipeline_id=row.pipeline_id, name=name, version=row)
+def current_of(
+    tenant: str,
+    kind: PipelineKind,
+    name: str,
+    row: VersionRow,
+    pipeline: PipelineRow | None = None,
+) -> Current:
+    """What the attachments of a pipeline named ``name`` follow when ``row`` is current, with
+    the schedule pause recorded on ``pipeline`` (None: a pipeline being created has none)."""
+    return Current(
+        tenant=tenant,
+        kind=kind,
+        pipeline_id=row.pipeline_id,
+        name=name,
+        version=row,
+        pause=None if pipeline is None else pause_of(pipeline),
+        pause_unadopted=pipeline is not None and not pipeline.schedule_pause_adopted,
+    )
 
 
 class Attaching:
@@ -115,13 +130,11 @@ class Attaching:
 
     async def restore(self, recorded: Current | None) -> bool:
         """Put every touched attachment back to ``recorded`` (None: none of them), newest
-        first, and settle it there; whether all of them were."""
+        first; whether all of them were. ``settle`` them there once the row lock is released."""
         self._outcome = recorded
         complete = True
         for attachment in reversed(self._touched):
-            for step in (self._put_back, self._settle):
-                complete &= await self._guarded(attachment, "attachment_restore_failed", step)
-        self._touched.clear()
+            complete &= await self._guarded(attachment, "attachment_restore_failed", self._put_back)
         log.info(
             "attachments_restored",
             pipeline=self.pipeline_id,
@@ -156,19 +169,24 @@ async def all_or_nothing(
 
 
 async def _put_back(attaching: Attaching, *, pool: asyncpg.Pool, objects: Objects) -> None:
-    recorded: Current | None
+    recorded: Current | None = None
+    restored = False
     try:
         async with PipelineStore.transaction(pool) as store:  # under the row lock, as saves
             recorded = await _recorded(store, attaching)
             await attaching.restore(recorded)
+            restored = True
     except WorkflowManagerError as error:  # PostgreSQL unreadable: what was seen at the start
         log.warning(
             "attachments_recorded_state_unread",
             pipeline=attaching.pipeline_id,
             reason=error.message,
         )
-        recorded = attaching.previous
-        await attaching.restore(recorded)
+        if not restored:
+            recorded = attaching.previous
+            await attaching.restore(recorded)
+    # Outside the row lock: an attachment may write the pipeline's row when it settles.
+    await attaching.settle()
     template = attaching.template
     if recorded is None and template is not None:
         metadata = template["metadata"]
@@ -186,4 +204,6 @@ async def _recorded(store: PipelineStore, attaching: Attaching) -> Current | Non
     if pipeline is None:
         return None
     row = await store.version(pipeline.id, pipeline.current_version)
-    return None if row is None else current_of(pipeline.tenant, pipeline.kind, pipeline.name, row)
+    if row is None:
+        return None
+    return current_of(pipeline.tenant, pipeline.kind, pipeline.name, row, pipeline)

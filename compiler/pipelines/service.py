@@ -328,7 +328,7 @@ class PipelineService:
             description=body.description,
             definition_type=body.definition.type,
         )
-        await attaching.attach(current_of(caller.tenant, kind, body.name, row))
+        await attaching.attach(current_of(caller.tenant, kind, body.name, row, pipeline))
         await self._collect(store, pipeline, current=version)
         return self._saved(pipeline_id, version, rendered, fetched)
 
@@ -415,7 +415,7 @@ class PipelineService:
         if attaching is not None:
             row = await store.version(pipeline_id, pipeline.current_version)
             if row is not None:
-                attaching.previous = current_of(pipeline.tenant, kind, pipeline.name, row)
+                attaching.previous = current_of(pipeline.tenant, kind, pipeline.name, row, pipeline)
         return pipeline
 
     async def _collect(self, store: PipelineStore, pipeline: PipelineRow, *, current: int) -> None:
@@ -454,7 +454,7 @@ class PipelineService:
                 await self._objects.apply(row.template)
                 await store.mark_restored(pipeline_id, version)
             await store.point_at(pipeline_id, current=version, latest=pipeline.latest_version)
-            await attaching.attach(current_of(caller.tenant, kind, pipeline.name, row))
+            await attaching.attach(current_of(caller.tenant, kind, pipeline.name, row, pipeline))
             await self._collect(store, pipeline, current=version)
         log.info("pipeline_rolled_back", pipeline=pipeline_id, version=version, restored=restored)
         return {"id": pipeline_id, "current_version": version, "template_restored": restored}
