@@ -7,9 +7,10 @@ If the commit fails after the apply, the template is orphaned under a version nu
 recorded; the next save of that pipeline takes the same number and replaces it.
 
 Each version has its own template (``p-<id>-v<N>``), so runs of recent versions can still be
-retried after newer saves. After each save the templates of all but the newest
-``PIPELINE_TEMPLATES_KEPT`` versions are deleted (the current one always stays); rolling back to a
-version whose template was collected applies its recorded document again.
+retried after newer saves. Once each save is recorded the templates of all but the newest
+``PIPELINE_TEMPLATES_KEPT`` versions are deleted (the current one always stays; a save that
+fails collects nothing); a rollback applies its version's recorded document again whenever the
+template is not on the cluster.
 
 What a pipeline owns besides its templates (a CronWorkflow for its schedule, event sources and
 sensors for its triggers, ...) are its *attachments*: each follows the current version. Inside
@@ -70,7 +71,14 @@ from compiler.secrets import references, rules
 from shared import labels as L
 from shared.db.audit import record_action
 from shared.db.pipelines import PipelineRow, PipelineStore, VersionRow
-from shared.errors import Conflict, DependencyDown, Invalid, NotFound, Refused
+from shared.errors import (
+    Conflict,
+    DependencyDown,
+    Invalid,
+    NotFound,
+    Refused,
+    WorkflowManagerError,
+)
 from shared.logging import get_logger
 from shared.pipelines import GitDefinition, PipelineBody, PipelineKind, parse_body
 
@@ -260,6 +268,7 @@ class PipelineService:
                 )
             saved = await self._new_version(store, caller, pipeline, body, fetched, attaching)
             await self._follow(store, pipeline_id, body, fetched)
+        await self._collect(caller.tenant, kind, pipeline_id)
         log.info("pipeline_updated", pipeline=pipeline_id, version=saved["version"])
         return saved
 
@@ -297,6 +306,7 @@ class PipelineService:
             body = parse_body(source.body, kind)
             saved = await self._new_version(store, caller, pipeline, body, fetched, attaching)
             await store.git.synced(pipeline_id, commit=fetched.commit, blob=fetched.blob)
+        await self._collect(caller.tenant, kind, pipeline_id)
         log.info(
             "pipeline_synced", pipeline=pipeline_id, version=saved["version"], commit=fetched.commit
         )
@@ -329,7 +339,6 @@ class PipelineService:
             definition_type=body.definition.type,
         )
         await attaching.attach(current_of(caller.tenant, kind, body.name, row, pipeline))
-        await self._collect(store, pipeline, current=version)
         return self._saved(pipeline_id, version, rendered, fetched)
 
     @staticmethod
@@ -418,18 +427,30 @@ class PipelineService:
                 attaching.previous = current_of(pipeline.tenant, kind, pipeline.name, row, pipeline)
         return pipeline
 
-    async def _collect(self, store: PipelineStore, pipeline: PipelineRow, *, current: int) -> None:
-        """Delete the templates of all but the newest versions (template GC)."""
-        surplus = await store.surplus_templates(
-            pipeline.id, keep=self._limits.templates_kept, current=current
-        )
-        if not surplus:
+    async def _collect(self, tenant: str, kind: PipelineKind, pipeline_id: str) -> None:
+        """Delete the templates of all but the newest versions (template GC), once the save is
+        recorded (a save that fails collects nothing), under the pipeline's row lock: when
+        another save holds it, that one collects after itself. A failure is logged, the save
+        stands, and the next save collects them; a rollback applies its version's template
+        whatever the record says."""
+        try:
+            async with self._transaction() as store:
+                pipeline = await store.lock(tenant, kind, pipeline_id, wait=False)
+                if pipeline is None:  # deleted, or another save's to collect
+                    return
+                surplus = await store.surplus_templates(
+                    pipeline_id, keep=self._limits.templates_kept, current=pipeline.current_version
+                )
+                if not surplus:
+                    return
+                await store.mark_removed(pipeline_id, surplus)
+                namespace = f"{L.DATA_NAMESPACE_PREFIX}{tenant}"
+                for name in surplus:
+                    await self._objects.delete(ARGO_API_VERSION, TEMPLATE_KIND, namespace, name)
+        except WorkflowManagerError as error:
+            log.warning("templates_not_collected", pipeline=pipeline_id, reason=error.message)
             return
-        namespace = f"{L.DATA_NAMESPACE_PREFIX}{pipeline.tenant}"
-        for name in surplus:
-            await self._objects.delete(ARGO_API_VERSION, TEMPLATE_KIND, namespace, name)
-        await store.mark_removed(pipeline.id, surplus)
-        log.info("templates_collected", pipeline=pipeline.id, removed=len(surplus))
+        log.info("templates_collected", pipeline=pipeline_id, removed=len(surplus))
 
     # --- rollback, delete, run ---------------------------------------------------------------
     async def rollback(
@@ -449,13 +470,14 @@ class PipelineService:
                     details={"id": pipeline_id, "version": version},
                 )
             await self._secrets_exist(caller.tenant, store, row)
+            # Applied whatever the record says (a converge: a read when it is there).
+            await self._objects.apply(row.template)
             restored = row.template_removed_at is not None
             if restored:
-                await self._objects.apply(row.template)
                 await store.mark_restored(pipeline_id, version)
             await store.point_at(pipeline_id, current=version, latest=pipeline.latest_version)
             await attaching.attach(current_of(caller.tenant, kind, pipeline.name, row, pipeline))
-            await self._collect(store, pipeline, current=version)
+        await self._collect(caller.tenant, kind, pipeline_id)
         log.info("pipeline_rolled_back", pipeline=pipeline_id, version=version, restored=restored)
         return {"id": pipeline_id, "current_version": version, "template_restored": restored}
 

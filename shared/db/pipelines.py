@@ -200,11 +200,14 @@ class PipelineStore:
         )
         return found is not None
 
-    async def lock(self, tenant: str, kind: str, pipeline_id: str) -> PipelineRow | None:
-        """The pipeline of this tenant and kind, locked until the transaction ends."""
+    async def lock(
+        self, tenant: str, kind: str, pipeline_id: str, *, wait: bool = True
+    ) -> PipelineRow | None:
+        """The pipeline of this tenant and kind, locked until the transaction ends; with
+        ``wait`` False, None at once when another transaction holds it."""
         row = await self._conn.fetchrow(
             f"SELECT {_PIPELINE} FROM pipelines WHERE id = $1 AND tenant = $2 AND kind = $3 "
-            "FOR UPDATE",
+            f"FOR UPDATE{'' if wait else ' SKIP LOCKED'}",
             pipeline_id,
             tenant,
             kind,

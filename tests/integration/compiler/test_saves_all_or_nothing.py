@@ -14,7 +14,7 @@ import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from tests.integration.compiler.mlflow_steps import new_tenant
-from tests.integration.compiler.pipeline_stack import Stack, body, headers
+from tests.integration.compiler.pipeline_stack import NS, Stack, body, headers
 
 EVENTS = "kubeopera-pipeline-events"
 ARGO = "argoproj.io", "v1alpha1"
@@ -190,8 +190,23 @@ async def test_a_commit_that_fails_after_every_attachment_puts_them_back(scene: 
     pipeline_id = saved["id"]
     token = await scene.token(pipeline_id, "on-upload")
     before, recorded = await scene.cluster(), await scene.recorded()
-    # A deferred constraint trigger: the version's insert passes, the commit fails after it.
-    pool = scene.stack.pool
+    lift = await refusing_commits(scene.stack.pool)
+    try:
+        status, answer = await scene.call("PUT", f"ml-pipelines/{pipeline_id}", json=saved_body(2))
+        assert status >= 500, answer
+        created, _ = await scene.call("POST", "ml-pipelines", json=saved_body(1) | {"name": "new"})
+        assert created >= 500
+    finally:
+        await lift()
+    after = await scene.cluster()
+    assert set(after.pop("templates")) - set(before.pop("templates")) <= {f"p-{pipeline_id}-v2"}
+    assert after == before
+    assert await scene.recorded() == recorded
+    assert await scene.token(pipeline_id, "on-upload") == token
+
+
+async def refusing_commits(pool: Any) -> Callable[[], Any]:
+    """A deferred constraint trigger: a version's insert passes, its commit fails."""
     await pool.execute(
         "CREATE FUNCTION refuse_commit() RETURNS trigger LANGUAGE plpgsql AS "
         "$$ BEGIN RAISE EXCEPTION 'commit refused'; END $$"
@@ -200,16 +215,41 @@ async def test_a_commit_that_fails_after_every_attachment_puts_them_back(scene: 
         "CREATE CONSTRAINT TRIGGER refuse_commit AFTER INSERT ON pipeline_versions "
         "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_commit()"
     )
-    try:
-        status, answer = await scene.call("PUT", f"ml-pipelines/{pipeline_id}", json=saved_body(2))
-        assert status >= 500, answer
-        created, _ = await scene.call("POST", "ml-pipelines", json=saved_body(1) | {"name": "new"})
-        assert created >= 500
-    finally:
+
+    async def lift() -> None:
         await pool.execute("DROP TRIGGER refuse_commit ON pipeline_versions")
         await pool.execute("DROP FUNCTION refuse_commit()")
-    after = await scene.cluster()
-    assert set(after.pop("templates")) - set(before.pop("templates")) <= {f"p-{pipeline_id}-v2"}
-    assert after == before
-    assert await scene.recorded() == recorded
-    assert await scene.token(pipeline_id, "on-upload") == token
+
+    return lift
+
+
+async def test_a_save_that_fails_collects_no_template(stack: Stack) -> None:
+    """Template GC happens once the save is recorded: a save whose commit fails leaves every
+    template its recorded versions say is on the cluster."""
+    status, saved = await stack.call("POST", "data-pipelines", json=body())
+    assert status == 201, saved
+    pipeline_id = saved["id"]
+    for number in range(2, 11):  # ten versions: as many templates as are kept
+        status, updated = await stack.call(
+            "PUT", f"data-pipelines/{pipeline_id}", json=body(extra_step=number % 2 == 0)
+        )
+        assert (status, updated["version"]) == (200, number), updated
+    custom = CustomObjectsApi(stack.kube)
+
+    async def templates() -> set[str]:
+        found = await custom.list_namespaced_custom_object(*ARGO, NS, "workflowtemplates")
+        return {item["metadata"]["name"] for item in found["items"]}
+
+    assert f"p-{pipeline_id}-v1" in await templates()
+    lift = await refusing_commits(stack.pool)
+    try:
+        status, answer = await stack.call("PUT", f"data-pipelines/{pipeline_id}", json=body())
+    finally:
+        await lift()
+    assert status >= 500, answer
+    assert f"p-{pipeline_id}-v1" in await templates()
+    _, versions = await stack.call("GET", f"data-pipelines/{pipeline_id}/versions?limit=20")
+    assert versions["total"] == 10
+    status, _ = await stack.call("PUT", f"data-pipelines/{pipeline_id}", json=body())
+    assert status == 200
+    assert f"p-{pipeline_id}-v1" not in await templates()  # collected once recorded
