@@ -253,3 +253,27 @@ async def test_a_save_that_fails_collects_no_template(stack: Stack) -> None:
     status, _ = await stack.call("PUT", f"data-pipelines/{pipeline_id}", json=body())
     assert status == 200
     assert f"p-{pipeline_id}-v1" not in await templates()  # collected once recorded
+
+
+async def test_a_delete_that_fails_leaves_the_pipeline_whole(scene: Scene) -> None:
+    status, saved = await scene.call("POST", "ml-pipelines", json=saved_body(1))
+    assert status == 201, saved
+    pipeline_id = saved["id"]
+    token = await scene.token(pipeline_id, "on-upload")
+    before, recorded = await scene.cluster(), await scene.recorded()
+    store = scene.stack.world.host.store
+    templates = store.resolve(*ARGO, "workflowtemplates")
+    lift = store.faults.refuse(templates, verbs={"delete"}, namespace=scene.namespace)
+    try:
+        status, answer = await scene.call("DELETE", f"ml-pipelines/{pipeline_id}")
+    finally:
+        lift()
+    assert status == 503, answer
+    assert await scene.cluster() == before
+    assert await scene.recorded() == recorded
+    assert await scene.token(pipeline_id, "on-upload") == token
+    status, _ = await scene.call("DELETE", f"ml-pipelines/{pipeline_id}")
+    assert status == 200
+    after = await scene.cluster()
+    assert not any(pipeline_id in name for name in after["cron_workflows"])
+    assert not any(pipeline_id in name for name in after["tokens"])
