@@ -186,7 +186,13 @@ def assemble(
     )
     # Tracking is left out of the drift passes: each of its checks costs MLflow round trips, and
     # every save of an ML pipeline converges it.
-    drift = AttachmentReconciler(pool=pool, attachments=[schedules, events], schedules=schedules)
+    drift = AttachmentReconciler(
+        pool=pool,
+        objects=objects,
+        attachments=[schedules, events],
+        schedules=schedules,
+        events_namespace=settings.EVENTS_NAMESPACE,
+    )
     return Parts(
         pool, host_api, tenants, service, git, app, schedules, notifications, secrets, drift
     )

@@ -128,14 +128,23 @@ class EventTriggers:
         )
 
     async def detach(self, tenant: str, kind: PipelineKind, pipeline_id: str) -> None:
-        """Remove the objects; the tokens go in ``settle``, once that is recorded."""
-        removed = [
-            await self._delete(ev.API_VERSION, "Sensor", ev.object_name(pipeline_id)),
-            await self._delete(ev.API_VERSION, "EventSource", ev.object_name(pipeline_id)),
-            await self._delete("networking.k8s.io/v1", "Ingress", ev.secret_name(pipeline_id)),
+        """Remove the objects, each tried even when one before failed (the first failure is
+        raised after); the tokens go in ``settle``, once that is recorded."""
+        objects = [
+            (ev.API_VERSION, "Sensor", ev.object_name(pipeline_id)),
+            (ev.API_VERSION, "EventSource", ev.object_name(pipeline_id)),
+            ("networking.k8s.io/v1", "Ingress", ev.secret_name(pipeline_id)),
         ]
-        if any(removed):
+        removed, failure = False, None
+        for api_version, kind_of, name in objects:
+            try:
+                removed |= await self._delete(api_version, kind_of, name)
+            except WorkflowManagerError as error:
+                failure = failure or error
+        if removed:
             log.info("event_triggers_removed", pipeline=pipeline_id, tenant=tenant, kind=kind)
+        if failure is not None:
+            raise failure
 
     async def settle(
         self, tenant: str, kind: PipelineKind, pipeline_id: str, current: Current | None

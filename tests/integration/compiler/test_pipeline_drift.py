@@ -2,7 +2,8 @@
 token Secret and Ingress, deleted or changed out of band through the real kubernetes-asyncio
 client, come back as the current version and the pause recorded in PostgreSQL say, made again by
 the compiler's drift reconciler (its loop, as the leader runs it). Each test waits, with a
-deadline, for the object to come back; nothing is proved by sleeping."""
+deadline, for the object to come back; nothing is proved by sleeping. Objects of a pipeline that
+was never recorded are collected once older than a save could be."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import asyncpg
@@ -17,6 +19,8 @@ import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi, NetworkingV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from compiler.automation.reconciler import AttachmentReconciler
+from compiler.k8s_objects import KubeObjects
 from compiler.pipelines.stamping import template_name
 from tests.integration.compiler.pipeline_stack import NS, Stack, body, make_stack
 
@@ -301,3 +305,53 @@ async def test_a_pause_made_before_pauses_were_recorded_is_adopted(stack: Stack)
         back = await eventually(suspended)
     annotations = back["metadata"]["annotations"]
     assert annotations["kubeopera.io/schedule-paused-at"] == "2026-01-02T03:04:05Z"
+
+
+async def test_objects_a_failed_create_could_not_remove_are_collected_once_old(
+    stack: Stack,
+) -> None:
+    """A create refused at its sensor whose put-back is refused too: its CronWorkflow and event
+    source belong to no recorded pipeline. The reconciler leaves them while a
+    save could still own them, and removes them once older than that."""
+    store = stack.world.host.store
+    refusals = [
+        store.faults.refuse(store.resolve(*ARGO, "sensors")),
+        store.faults.refuse(store.resolve(*ARGO, "cronworkflows"), verbs={"delete"}),
+        store.faults.refuse(store.resolve(*ARGO, "eventsources"), verbs={"delete"}),
+    ]
+    try:
+        status, answer = await stack.call(
+            "POST", "data-pipelines", json={**body(), "schedule": SCHEDULE, "triggers": [TRIGGER]}
+        )
+    finally:
+        for lift in refusals:
+            lift()
+    assert status == 503, answer
+    cluster = Cluster(stack)
+    crons = await cluster.custom.list_namespaced_custom_object(*ARGO, NS, "cronworkflows")
+    [left] = crons["items"]
+    pipeline_id = left["metadata"]["labels"]["kubeopera.io/pipeline-id"]
+    name = f"p-{pipeline_id}"
+    assert await cluster.get("eventsources", name) is not None
+
+    def reconciler(now: datetime) -> AttachmentReconciler:
+        return AttachmentReconciler(
+            pool=stack.pool,
+            objects=KubeObjects(stack.kube),
+            attachments=[],
+            schedules=stack.compiler.schedules,
+            events_namespace=EVENTS,
+            clock=lambda: now,
+        )
+
+    young = await reconciler(datetime.now(UTC)).reconcile_all()
+    assert young.orphans == 0
+    assert await cluster.get("cronworkflows", name) is not None
+    old = await reconciler(datetime.now(UTC) + timedelta(hours=1)).reconcile_all()
+    assert old.orphans == 2  # the token Secret went with the put-back (settle)
+    for plural, gone in (
+        ("cronworkflows", name),
+        ("eventsources", name),
+        ("secrets", f"{name}-webhooks"),
+    ):
+        assert await cluster.get(plural, gone) is None, plural
