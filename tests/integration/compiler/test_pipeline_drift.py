@@ -12,17 +12,24 @@ import base64
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp
 import asyncpg
 import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi, NetworkingV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from compiler import runner
 from compiler.automation.reconciler import AttachmentReconciler
 from compiler.k8s_objects import KubeObjects
 from compiler.pipelines.stamping import template_name
-from tests.integration.compiler.pipeline_stack import NS, Stack, body, make_stack
+from shared.k8s import client_from_kubeconfig
+from shared.tasks import Supervisor, run_service
+from sim.ports import free_port
+from sim.world import start_world
+from tests.integration.compiler.pipeline_stack import INTERNAL_KEY, NS, Stack, body, make_stack
 
 EVENTS = "kubeopera-pipeline-events"
 ARGO = "argoproj.io", "v1alpha1"
@@ -355,3 +362,69 @@ async def test_objects_a_failed_create_could_not_remove_are_collected_once_old(
         ("secrets", f"{name}-webhooks"),
     ):
         assert await cluster.get(plural, gone) is None, plural
+
+
+async def test_the_compiler_process_puts_a_deleted_cron_workflow_back_paused(
+    db: asyncpg.Pool, settings_factory: Any, tmp_path: Path
+) -> None:
+    """The compiler as it runs (``compiler.runner.run``): its leader's drift reconciler makes a
+    paused pipeline's deleted CronWorkflow again, paused, within PIPELINE_RECONCILE_INTERVAL."""
+    world = await start_world(1, tick=0.01, autostart=False, pod_gc_delay=0)
+    kubeconfig = tmp_path / "host.kubeconfig"
+    kubeconfig.write_text(world.host.kubeconfig)
+    port = free_port()
+    settings = settings_factory(
+        HOST_KUBECONFIG=str(kubeconfig),
+        HTTP_PORT=port,
+        HEALTH_PORT=0,
+        INTERNAL_API_KEY=INTERNAL_KEY,
+        ARTIFACT_BUCKET="artifacts",
+        POD_NAME="compiler-a",
+        PIPELINE_RECONCILE_INTERVAL=1.0,
+    )
+    stop = asyncio.Event()
+
+    async def main(workers: Supervisor) -> None:
+        await runner.run(settings, workers)
+
+    service = asyncio.create_task(run_service(main, grace=5.0, signals=(), stop=stop))
+    kube = await client_from_kubeconfig(world.host.kubeconfig)
+    custom = CustomObjectsApi(kube)
+    url = f"http://127.0.0.1:{port}/internal/v1/pipelines/data"
+    caller = {"tenant": "acme", "actor": "alice@acme"}
+    try:
+        async with aiohttp.ClientSession(headers={"X-Internal-Key": INTERNAL_KEY}) as http:
+
+            async def serving() -> bool:
+                try:
+                    async with http.post(f"{url}/validate", json={}) as response:
+                        return response.status == 400
+                except aiohttp.ClientError:
+                    return False
+
+            await eventually(serving, within=30)
+            pipeline = {**body(), "schedule": SCHEDULE}
+            async with http.post(url, json={**caller, "pipeline": pipeline}) as response:
+                saved = await response.json()
+                assert response.status == 201, saved
+            pause = f"{url}/{saved['id']}/schedule/pause"
+            async with http.post(pause, json=caller) as response:
+                assert response.status == 200, await response.json()
+        name = f"p-{saved['id']}"
+        await custom.delete_namespaced_custom_object(*ARGO, NS, "cronworkflows", name)
+
+        async def back_paused() -> bool:
+            try:
+                cron = await custom.get_namespaced_custom_object(*ARGO, NS, "cronworkflows", name)
+            except ApiException as error:
+                if error.status == 404:
+                    return False
+                raise
+            return bool(cron["spec"]["suspend"] is True)
+
+        await eventually(back_paused, within=30)
+    finally:
+        await kube.close()
+        stop.set()
+        await asyncio.wait_for(service, 15)
+        await world.stop()
