@@ -1,4 +1,5 @@
-"""Whether a live object has left what we applied, and the body that puts it back.
+"""Whether a live object has left what we applied, the body that puts it back, and which objects
+belong to no recorded pipeline.
 
 Purely computational. ``compiler.k8s_objects.KubeObjects.apply`` uses them for every object it
 converges: tenant namespaces' contents (``compiler.tenants.provisioning``) and pipeline templates.
@@ -7,7 +8,8 @@ converges: tenant namespaces' contents (``compiler.tenants.provisioning``) and p
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from shared import quantity
@@ -107,3 +109,29 @@ def replacement(desired: Mapping[str, Any], live: Mapping[str, Any]) -> dict[str
     metadata["name"] = desired_metadata.get("name", live_metadata.get("name"))
     body["metadata"] = metadata
     return body
+
+
+def orphaned(
+    items: Iterable[Mapping[str, Any]],
+    known: Collection[str],
+    *,
+    label: str,
+    now: datetime,
+    grace: timedelta,
+) -> list[Mapping[str, Any]]:
+    """The objects whose ``label`` names something not in ``known`` and that are older than
+    ``grace`` (a younger one may belong to a save whose transaction has not committed yet; one
+    whose age cannot be read is kept). Purely computational."""
+    found = []
+    for item in items:
+        metadata = item.get("metadata") or {}
+        owner = (metadata.get("labels") or {}).get(label)
+        if not isinstance(owner, str) or owner in known:
+            continue
+        try:
+            created = datetime.fromisoformat(str(metadata.get("creationTimestamp")))
+        except ValueError:
+            continue
+        if created.tzinfo is not None and now - created > grace:
+            found.append(item)
+    return found

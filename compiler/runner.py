@@ -1,12 +1,14 @@
 """Wires the compiler deployable: migrations, the pool, the host cluster's client, tenant
-provisioning with its leader-elected reconciler, the run notification sender, Git sync with its
-leader-elected poller, and the internal API on HTTP_PORT.
+provisioning with its leader-elected reconciler, the pipelines' attachments with their
+leader-elected drift reconciler, the run notification sender, Git sync with its leader-elected
+poller, and the internal API on HTTP_PORT.
 
 Every replica serves the internal API (validate, save, run, sync: the apiserver's calls); only
-the leader of the ``wm-compiler`` lease runs the reconciler, so one replica at a time walks every
-tenant looking for drift, only the leader of ``wm-compiler-notify`` sends notifications and only
-the leader of ``wm-compiler-git`` polls the Git-defined pipelines (leases of their own, so the
-work may land on different replicas).
+the leader of the ``wm-compiler`` lease runs the reconcilers, so one replica at a time walks
+every tenant and every pipeline's attachments (CronWorkflow, event objects) looking for drift;
+only the leader of ``wm-compiler-notify`` sends notifications and only the leader of
+``wm-compiler-git`` polls the Git-defined pipelines (leases of their own, so the work may land
+on different replicas).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import asyncpg
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
+from compiler.automation.reconciler import AttachmentReconciler
 from compiler.automation.service import ScheduleService
 from compiler.automation.webhooks import EventTriggers
 from compiler.gitsync.addresses import RemotePolicy
@@ -69,6 +72,7 @@ class Parts:
     schedules: ScheduleService
     notifications: NotificationSender
     secrets: DataSecretService | None = None
+    drift: AttachmentReconciler | None = None
 
 
 def storage_users(settings: Settings) -> StorageUsers | None:
@@ -192,7 +196,18 @@ def assemble(
         config=SenderConfig.from_settings(settings),
         listen_dsn=settings,
     )
-    return Parts(pool, host_api, tenants, service, git, app, schedules, notifications, secrets)
+    # Tracking is left out of the drift passes: each of its checks costs MLflow round trips, and
+    # every save of an ML pipeline converges it.
+    drift = AttachmentReconciler(
+        pool=pool,
+        objects=objects,
+        attachments=[schedules, events],
+        schedules=schedules,
+        events_namespace=settings.EVENTS_NAMESPACE,
+    )
+    return Parts(
+        pool, host_api, tenants, service, git, app, schedules, notifications, secrets, drift
+    )
 
 
 @contextlib.asynccontextmanager
@@ -238,6 +253,13 @@ async def run(settings: Settings, workers: Supervisor) -> None:
                 workers.spawn(
                     "tenants",
                     lambda: elector.run_while_leading(lambda: parts.tenants.loop(interval)),
+                )
+                drift = parts.drift
+                assert drift is not None
+                pipelines_interval = settings.PIPELINE_RECONCILE_INTERVAL
+                workers.spawn(
+                    "pipeline-drift",
+                    lambda: elector.run_while_leading(lambda: drift.loop(pipelines_interval)),
                 )
                 workers.spawn(
                     "notifications",

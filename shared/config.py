@@ -113,6 +113,8 @@ class Settings(BaseSettings):
     CLUSTER_REFRESH_INTERVAL: Seconds = 300.0
     REDIS_URL: str = "redis://127.0.0.1:6379/0"
     TENANT_RECONCILE_INTERVAL: Seconds = 300.0  # drift check of every tenant's provisioning
+    # Drift check of every pipeline's CronWorkflow and event objects (a few API reads each).
+    PIPELINE_RECONCILE_INTERVAL: Annotated[Seconds, Field(ge=1)] = 60.0
     PIPELINE_TEMPLATES_KEPT: int = Field(default=10, ge=10)  # newest templates kept per pipeline
     # The shortest time a pipeline's schedule may leave between two runs (1 minute to 1 day).
     SCHEDULE_MIN_INTERVAL: Annotated[Seconds, Field(ge=60, le=86400)] = 300.0

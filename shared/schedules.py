@@ -43,6 +43,7 @@ from typing import Final
 
 from cronsim import CronSim, CronSimError
 
+from shared import time_zones
 from shared.validation import invalid_fields
 
 MINUTES_PER_DAY: Final = 24 * 60
@@ -241,10 +242,22 @@ def _zone_names() -> frozenset[str]:
 
 
 def time_zone(name: str) -> zoneinfo.ZoneInfo:
-    """An IANA zone by name (``Europe/Helsinki``, ``UTC``); ScheduleError for anything else."""
+    """A zone of the zone database by name (``Europe/Helsinki``, ``UTC``), to compute fire times
+    in; ScheduleError for anything else. What a schedule may be saved with is stricter:
+    ``canonical_zone``."""
     if len(name) > 64 or not _ZONE.match(name) or name not in _zone_names():
         raise ScheduleError(f"{name!r} is not an IANA time zone name (such as Europe/Helsinki)")
     return zoneinfo.ZoneInfo(name)
+
+
+def canonical_zone(name: str) -> zoneinfo.ZoneInfo:
+    """``time_zone``, for a canonical IANA name only (``shared.time_zones``): not
+    ``localtime``, ``Factory`` or an old name kept for compatibility (which the sentence names
+    the current name of)."""
+    reason = time_zones.refusal(name)
+    if reason is not None:
+        raise ScheduleError(reason)
+    return time_zone(name)
 
 
 # --- a schedule's check ------------------------------------------------------------------------
@@ -274,7 +287,7 @@ def check(
         except ScheduleError as error:
             errors.append({"field": f"schedule.cron[{index}]", "message": str(error)})
     try:
-        zone = time_zone(timezone)
+        zone = canonical_zone(timezone)
     except ScheduleError as error:
         errors.append({"field": "schedule.timezone", "message": str(error)})
         zone = None

@@ -109,7 +109,9 @@ class EventTriggers:
         rules = self._confinement(ref)
         raise_if_refused(event_source_violations(source, rules), "event source")
         raise_if_refused(sensor_violations(sensor, rules), "sensor")
-        await self._objects.apply(ev.token_secret(ref, self._target, tokens))
+        # The tokens of triggers this version drops stay until it is recorded (``settle``):
+        # a save that is put back gives them back as they were.
+        await self._objects.apply(ev.token_secret(ref, self._target, {**kept, **tokens}))
         await self._objects.apply(source)
         await self._objects.apply(sensor)
         ingress = ev.ingress(ref, self._target, triggers)
@@ -126,14 +128,43 @@ class EventTriggers:
         )
 
     async def detach(self, tenant: str, kind: PipelineKind, pipeline_id: str) -> None:
-        removed = [
-            await self._delete(ev.API_VERSION, "Sensor", ev.object_name(pipeline_id)),
-            await self._delete(ev.API_VERSION, "EventSource", ev.object_name(pipeline_id)),
-            await self._delete("networking.k8s.io/v1", "Ingress", ev.secret_name(pipeline_id)),
-            await self._delete("v1", "Secret", ev.secret_name(pipeline_id)),
+        """Remove the objects, each tried even when one before failed (the first failure is
+        raised after); the tokens go in ``settle``, once that is recorded."""
+        objects = [
+            (ev.API_VERSION, "Sensor", ev.object_name(pipeline_id)),
+            (ev.API_VERSION, "EventSource", ev.object_name(pipeline_id)),
+            ("networking.k8s.io/v1", "Ingress", ev.secret_name(pipeline_id)),
         ]
-        if any(removed):
+        removed, failure = False, None
+        for api_version, kind_of, name in objects:
+            try:
+                removed |= await self._delete(api_version, kind_of, name)
+            except WorkflowManagerError as error:
+                failure = failure or error
+        if removed:
             log.info("event_triggers_removed", pipeline=pipeline_id, tenant=tenant, kind=kind)
+        if failure is not None:
+            raise failure
+
+    async def settle(
+        self, tenant: str, kind: PipelineKind, pipeline_id: str, current: Current | None
+    ) -> None:
+        """Drop the tokens of triggers the recorded version (``current``) does not have: the
+        whole Secret when it has none (or the pipeline is gone)."""
+        triggers = triggers_of(current.version.settings) if current is not None else []
+        if not triggers:
+            if await self._delete("v1", "Secret", ev.secret_name(pipeline_id)):
+                log.info("webhook_tokens_removed", pipeline=pipeline_id, tenant=tenant)
+            return
+        assert current is not None
+        kept = ev.tokens_of(await self._secret(pipeline_id))
+        wanted = {trigger.name for trigger in triggers}
+        if set(kept) <= wanted:
+            return
+        tokens = {name: token for name, token in kept.items() if name in wanted}
+        ref = self._ref(tenant, kind, current.version)
+        await self._objects.apply(ev.token_secret(ref, self._target, tokens))
+        log.info("webhook_tokens_dropped", pipeline=pipeline_id, dropped=len(set(kept) - wanted))
 
     # --- the tenant's tokens -----------------------------------------------------------------
     async def webhook(

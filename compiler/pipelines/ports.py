@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from compiler.pipelines.definitions import Fetched
 from shared import labels as L
-from shared.db.pipelines import VersionRow
+from shared.db.pipelines import PipelineRow, VersionRow
 from shared.pipelines import GitDefinition, PipelineKind
 
 
@@ -58,14 +59,31 @@ class GitReader(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class Pause:
+    """A schedule's pause as PostgreSQL records it: who paused it and when."""
+
+    by: str
+    at: datetime
+
+
+def pause_of(pipeline: PipelineRow) -> Pause | None:
+    by, at = pipeline.schedule_paused_by, pipeline.schedule_paused_at
+    return None if by is None or at is None else Pause(by, at)
+
+
+@dataclass(frozen=True, slots=True)
 class Current:
-    """A pipeline and the version now current: what its attachments follow."""
+    """A pipeline and the version now current, with its recorded schedule pause: what its
+    attachments follow. ``pause_unadopted``: the pipeline predates recorded pauses and the
+    reconciler has not yet adopted the pause its CronWorkflow may carry (migration 0014)."""
 
     tenant: str
     kind: PipelineKind
     pipeline_id: str
     name: str
     version: VersionRow
+    pause: Pause | None = None
+    pause_unadopted: bool = False
 
     @property
     def namespace(self) -> str:
@@ -73,11 +91,22 @@ class Current:
 
 
 class Attachment(Protocol):
-    """Something a pipeline owns that follows its current version (see the module docstring)."""
+    """Something a pipeline owns that follows its current version
+    (``compiler.pipelines.attaching``).
+
+    ``attach`` (create, update, rollback) and ``detach`` (delete) run inside the save's
+    transaction and must leave what the previous version needs restorable: something that cannot
+    be made again as it was (a webhook's token) is dropped only in ``settle``, called once the
+    outcome is recorded, with the version then current (None: the pipeline is gone).
+    """
 
     async def attach(self, current: Current) -> None: ...
 
     async def detach(self, tenant: str, kind: PipelineKind, pipeline_id: str) -> None: ...
+
+    async def settle(
+        self, tenant: str, kind: PipelineKind, pipeline_id: str, current: Current | None
+    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,16 +7,20 @@ If the commit fails after the apply, the template is orphaned under a version nu
 recorded; the next save of that pipeline takes the same number and replaces it.
 
 Each version has its own template (``p-<id>-v<N>``), so runs of recent versions can still be
-retried after newer saves. After each save the templates of all but the newest
-``PIPELINE_TEMPLATES_KEPT`` versions are deleted (the current one always stays); rolling back to a
-version whose template was collected applies its recorded document again.
+retried after newer saves. Once each save is recorded the templates of all but the newest
+``PIPELINE_TEMPLATES_KEPT`` versions are deleted (the current one always stays; a save that
+fails collects nothing); a rollback applies its version's recorded document again whenever the
+template is not on the cluster.
 
 What a pipeline owns besides its templates (a CronWorkflow for its schedule, event sources and
 sensors for its triggers, ...) are its *attachments*: each follows the current version. Inside
 the same transaction, after the template is applied and the version recorded, every attachment
 is given the version that is now current (``attach``: create, update, rollback); delete removes
-them first (``detach``). An attachment that fails fails the save, and the version is not
-recorded.
+them first (``detach``). All or nothing: when an attachment fails, or anything after it (the
+commit included), the operation fails, no version is recorded, and every attachment it touched
+is put back to the version PostgreSQL records as current (none for a create, whose template
+goes too): ``compiler.pipelines.attaching``. So nothing on the cluster ever points at a version
+that was not recorded.
 
 A template may refer to the tenant's data secrets and no other Secret (the allowlist's
 ``data_secrets``): a save, a validate and a rollback read their names from the tenant's namespace
@@ -39,17 +43,23 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any
 
 import asyncpg
 
 from compiler.pipelines import definitions
+from compiler.pipelines.attaching import (
+    ARGO_API_VERSION,
+    TEMPLATE_KIND,
+    Attaching,
+    all_or_nothing,
+    current_of,
+)
 from compiler.pipelines.compile import StepLimits
 from compiler.pipelines.definitions import Fetched, Rendered, Target
 from compiler.pipelines.ports import (
     Attachment,
     Caller,
-    Current,
     DataSecrets,
     GitReader,
     Lint,
@@ -61,14 +71,18 @@ from compiler.secrets import references, rules
 from shared import labels as L
 from shared.db.audit import record_action
 from shared.db.pipelines import PipelineRow, PipelineStore, VersionRow
-from shared.errors import Conflict, DependencyDown, Invalid, NotFound, Refused
+from shared.errors import (
+    Conflict,
+    DependencyDown,
+    Invalid,
+    NotFound,
+    Refused,
+    WorkflowManagerError,
+)
 from shared.logging import get_logger
 from shared.pipelines import GitDefinition, PipelineBody, PipelineKind, parse_body
 
 log = get_logger(__name__)
-
-ARGO_API_VERSION: Final = "argoproj.io/v1alpha1"
-TEMPLATE_KIND: Final = "WorkflowTemplate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +218,10 @@ class PipelineService:
         pipeline_id = new_pipeline_id()
         fetched = await self._read(caller, body)
         await self._tenants.ensure(caller.tenant)
-        async with self._transaction() as store:
+        async with (
+            self._all_or_nothing(caller.tenant, kind, pipeline_id) as attaching,
+            self._transaction() as store,
+        ):
             secrets = await self._secrets(caller.tenant, store)
             rendered = await self._checked(
                 body, self._target(caller, kind, pipeline_id, 1, secrets), fetched
@@ -214,28 +231,22 @@ class PipelineService:
                     f"a {kind} pipeline named {body.name!r} exists already",
                     details={"name": body.name},
                 )
+            # From here a failure (another save of that name winning the race after our check
+            # included) takes the template away again: it would belong to no pipeline.
+            attaching.template = rendered.template
             await self._objects.apply(rendered.template)
-            try:
-                await store.insert_pipeline(
-                    pipeline_id=pipeline_id,
-                    tenant=caller.tenant,
-                    kind=kind,
-                    name=body.name,
-                    description=body.description,
-                    definition_type=body.definition.type,
-                    actor=caller.actor,
-                )
-            except Conflict:
-                # Another save of that name won the race after our check: the template we just
-                # applied belongs to no pipeline, so it goes again.
-                metadata = rendered.template["metadata"]
-                await self._objects.delete(
-                    ARGO_API_VERSION, TEMPLATE_KIND, metadata["namespace"], metadata["name"]
-                )
-                raise
+            await store.insert_pipeline(
+                pipeline_id=pipeline_id,
+                tenant=caller.tenant,
+                kind=kind,
+                name=body.name,
+                description=body.description,
+                definition_type=body.definition.type,
+                actor=caller.actor,
+            )
             row = await self._record(store, pipeline_id, 1, body, rendered, caller, fetched)
             await self._follow(store, pipeline_id, body, fetched)
-            await self._attach(caller.tenant, kind, pipeline_id, body.name, row)
+            await attaching.attach(current_of(caller.tenant, kind, body.name, row))
         log.info("pipeline_created", pipeline=pipeline_id, tenant=caller.tenant, kind=kind)
         return self._saved(pipeline_id, 1, rendered, fetched)
 
@@ -245,15 +256,19 @@ class PipelineService:
         body = parse_body(data, kind)
         fetched = await self._read(caller, body)
         await self._tenants.ensure(caller.tenant)
-        async with self._transaction() as store:
-            pipeline = await self._locked(store, caller, kind, pipeline_id)
+        async with (
+            self._all_or_nothing(caller.tenant, kind, pipeline_id) as attaching,
+            self._transaction() as store,
+        ):
+            pipeline = await self._locked(store, caller, kind, pipeline_id, attaching)
             if await store.name_taken(caller.tenant, kind, body.name, other_than=pipeline_id):
                 raise Conflict(
                     f"a {kind} pipeline named {body.name!r} exists already",
                     details={"name": body.name},
                 )
-            saved = await self._new_version(store, caller, pipeline, body, fetched)
+            saved = await self._new_version(store, caller, pipeline, body, fetched, attaching)
             await self._follow(store, pipeline_id, body, fetched)
+        await self._collect(caller.tenant, kind, pipeline_id)
         log.info("pipeline_updated", pipeline=pipeline_id, version=saved["version"])
         return saved
 
@@ -271,8 +286,11 @@ class PipelineService:
         version already (a concurrent sync) or brings the document the last version was made
         from; ``Conflict`` when a save changed the pipeline's definition since it was read."""
         await self._tenants.ensure(caller.tenant)
-        async with self._transaction() as store:
-            pipeline = await self._locked(store, caller, kind, pipeline_id)
+        async with (
+            self._all_or_nothing(caller.tenant, kind, pipeline_id) as attaching,
+            self._transaction() as store,
+        ):
+            pipeline = await self._locked(store, caller, kind, pipeline_id, attaching)
             source = await store.git.get(pipeline_id)
             if source is None or source.definition != definition.model_dump(mode="json"):
                 raise Conflict(
@@ -286,8 +304,9 @@ class PipelineService:
                 await store.git.synced(pipeline_id, commit=fetched.commit, blob=fetched.blob)
                 return {"id": pipeline_id, "outcome": "unchanged", "commit": fetched.commit}
             body = parse_body(source.body, kind)
-            saved = await self._new_version(store, caller, pipeline, body, fetched)
+            saved = await self._new_version(store, caller, pipeline, body, fetched, attaching)
             await store.git.synced(pipeline_id, commit=fetched.commit, blob=fetched.blob)
+        await self._collect(caller.tenant, kind, pipeline_id)
         log.info(
             "pipeline_synced", pipeline=pipeline_id, version=saved["version"], commit=fetched.commit
         )
@@ -300,6 +319,7 @@ class PipelineService:
         pipeline: PipelineRow,
         body: PipelineBody,
         fetched: Fetched | None,
+        attaching: Attaching,
     ) -> dict[str, Any]:
         """Render, check, lint, apply, record and make current the next version of the locked
         ``pipeline``: what ``update`` and ``sync`` share."""
@@ -318,8 +338,7 @@ class PipelineService:
             description=body.description,
             definition_type=body.definition.type,
         )
-        await self._attach(caller.tenant, kind, pipeline_id, body.name, row)
-        await self._collect(store, pipeline, current=version)
+        await attaching.attach(current_of(caller.tenant, kind, body.name, row, pipeline))
         return self._saved(pipeline_id, version, rendered, fetched)
 
     @staticmethod
@@ -363,12 +382,18 @@ class PipelineService:
         assert row is not None  # written just now, in this transaction
         return row
 
-    async def _attach(
-        self, tenant: str, kind: PipelineKind, pipeline_id: str, name: str, row: VersionRow
-    ) -> None:
-        current = Current(tenant=tenant, kind=kind, pipeline_id=pipeline_id, name=name, version=row)
-        for attachment in self._attachments:
-            await attachment.attach(current)
+    def _all_or_nothing(
+        self, tenant: str, kind: PipelineKind, pipeline_id: str
+    ) -> contextlib.AbstractAsyncContextManager[Attaching]:
+        """The attachments of one operation on a pipeline, wrapped around its transaction."""
+        return all_or_nothing(
+            self._attachments,
+            pool=self._pool,
+            objects=self._objects,
+            tenant=tenant,
+            kind=kind,
+            pipeline_id=pipeline_id,
+        )
 
     @staticmethod
     def _saved(
@@ -385,25 +410,47 @@ class PipelineService:
         return saved
 
     async def _locked(
-        self, store: PipelineStore, caller: Caller, kind: PipelineKind, pipeline_id: str
+        self,
+        store: PipelineStore,
+        caller: Caller,
+        kind: PipelineKind,
+        pipeline_id: str,
+        attaching: Attaching | None = None,
     ) -> PipelineRow:
+        """The pipeline, locked; with ``attaching``, its current version noted there."""
         pipeline = await store.lock(caller.tenant, kind, pipeline_id)
         if pipeline is None:  # another tenant's pipeline is indistinguishable from none
             raise NotFound(f"no {kind} pipeline {pipeline_id!r}", details={"id": pipeline_id})
+        if attaching is not None:
+            row = await store.version(pipeline_id, pipeline.current_version)
+            if row is not None:
+                attaching.previous = current_of(pipeline.tenant, kind, pipeline.name, row, pipeline)
         return pipeline
 
-    async def _collect(self, store: PipelineStore, pipeline: PipelineRow, *, current: int) -> None:
-        """Delete the templates of all but the newest versions (template GC)."""
-        surplus = await store.surplus_templates(
-            pipeline.id, keep=self._limits.templates_kept, current=current
-        )
-        if not surplus:
+    async def _collect(self, tenant: str, kind: PipelineKind, pipeline_id: str) -> None:
+        """Delete the templates of all but the newest versions (template GC), once the save is
+        recorded (a save that fails collects nothing), under the pipeline's row lock: when
+        another save holds it, that one collects after itself. A failure is logged, the save
+        stands, and the next save collects them; a rollback applies its version's template
+        whatever the record says."""
+        try:
+            async with self._transaction() as store:
+                pipeline = await store.lock(tenant, kind, pipeline_id, wait=False)
+                if pipeline is None:  # deleted, or another save's to collect
+                    return
+                surplus = await store.surplus_templates(
+                    pipeline_id, keep=self._limits.templates_kept, current=pipeline.current_version
+                )
+                if not surplus:
+                    return
+                await store.mark_removed(pipeline_id, surplus)
+                namespace = f"{L.DATA_NAMESPACE_PREFIX}{tenant}"
+                for name in surplus:
+                    await self._objects.delete(ARGO_API_VERSION, TEMPLATE_KIND, namespace, name)
+        except WorkflowManagerError as error:
+            log.warning("templates_not_collected", pipeline=pipeline_id, reason=error.message)
             return
-        namespace = f"{L.DATA_NAMESPACE_PREFIX}{pipeline.tenant}"
-        for name in surplus:
-            await self._objects.delete(ARGO_API_VERSION, TEMPLATE_KIND, namespace, name)
-        await store.mark_removed(pipeline.id, surplus)
-        log.info("templates_collected", pipeline=pipeline.id, removed=len(surplus))
+        log.info("templates_collected", pipeline=pipeline_id, removed=len(surplus))
 
     # --- rollback, delete, run ---------------------------------------------------------------
     async def rollback(
@@ -411,8 +458,11 @@ class PipelineService:
     ) -> dict[str, Any]:
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise Invalid("version: expected a version number", details={"parameter": "version"})
-        async with self._transaction() as store:
-            pipeline = await self._locked(store, caller, kind, pipeline_id)
+        async with (
+            self._all_or_nothing(caller.tenant, kind, pipeline_id) as attaching,
+            self._transaction() as store,
+        ):
+            pipeline = await self._locked(store, caller, kind, pipeline_id, attaching)
             row = await store.version(pipeline_id, version)
             if row is None:
                 raise NotFound(
@@ -420,13 +470,14 @@ class PipelineService:
                     details={"id": pipeline_id, "version": version},
                 )
             await self._secrets_exist(caller.tenant, store, row)
+            # Applied whatever the record says (a converge: a read when it is there).
+            await self._objects.apply(row.template)
             restored = row.template_removed_at is not None
             if restored:
-                await self._objects.apply(row.template)
                 await store.mark_restored(pipeline_id, version)
             await store.point_at(pipeline_id, current=version, latest=pipeline.latest_version)
-            await self._attach(caller.tenant, kind, pipeline_id, pipeline.name, row)
-            await self._collect(store, pipeline, current=version)
+            await attaching.attach(current_of(caller.tenant, kind, pipeline.name, row, pipeline))
+        await self._collect(caller.tenant, kind, pipeline_id)
         log.info("pipeline_rolled_back", pipeline=pipeline_id, version=version, restored=restored)
         return {"id": pipeline_id, "current_version": version, "template_restored": restored}
 
@@ -453,10 +504,12 @@ class PipelineService:
 
     async def delete(self, caller: Caller, kind: PipelineKind, pipeline_id: str) -> dict[str, Any]:
         """Delete the pipeline, its versions and every template it applied (runs stay)."""
-        async with self._transaction() as store:
-            await self._locked(store, caller, kind, pipeline_id)
-            for attachment in self._attachments:
-                await attachment.detach(caller.tenant, kind, pipeline_id)
+        async with (
+            self._all_or_nothing(caller.tenant, kind, pipeline_id) as attaching,
+            self._transaction() as store,
+        ):
+            await self._locked(store, caller, kind, pipeline_id, attaching)
+            await attaching.detach()
             namespace = f"{L.DATA_NAMESPACE_PREFIX}{caller.tenant}"
             selector = f"{L.PIPELINE_ID}={pipeline_id}"
             templates = await self._objects.list(

@@ -23,7 +23,8 @@ On every save, update and rollback of an ML pipeline (data pipelines get nothing
    aside, never adopted;
 3. EDIT on that experiment for the tenant's account, and nothing else anywhere.
 
-Delete forgets the recorded experiment; the experiment and its runs stay in MLflow, as a
+Delete forgets the recorded experiment once the delete is recorded (``settle``); the
+experiment and its runs stay in MLflow, as a
 deleted pipeline's runs stay in the run history. Passwords are never logged.
 """
 
@@ -125,7 +126,14 @@ class ExperimentTracking:
         await self._mlflow.grant(username, experiment_id, accounts.TENANT_PERMISSION)
 
     async def detach(self, tenant: str, kind: str, pipeline_id: str) -> None:
-        if kind == L.PIPELINE_KIND_ML:
+        """Nothing yet: a delete that fails must find its experiment again (``settle``)."""
+
+    async def settle(
+        self, tenant: str, kind: str, pipeline_id: str, current: SavedPipeline | None
+    ) -> None:
+        """The pipeline is gone (``current`` None): forget its experiment. The account and the
+        experiment outlive versions."""
+        if current is None and kind == L.PIPELINE_KIND_ML:
             await self._store.forget(pipeline_id)
 
     # --- the account --------------------------------------------------------------------------

@@ -42,6 +42,11 @@ class PipelineRow:
     created_by: str
     created_at: datetime
     updated_at: datetime
+    # The schedule's pause (both or neither), whoever paused it and when (migration 0014).
+    schedule_paused_by: str | None = None
+    schedule_paused_at: datetime | None = None
+    # False until the reconciler adopted a pause made before the pause was recorded here.
+    schedule_pause_adopted: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +73,8 @@ class PipelinePage:
 
 _PIPELINE: Final = (
     "id, tenant, kind, name, description, definition_type, current_version, latest_version, "
-    "created_by, created_at, updated_at"
+    "created_by, created_at, updated_at, schedule_paused_by, schedule_paused_at, "
+    "schedule_pause_adopted"
 )
 _VERSION: Final = (
     "pipeline_id, version, definition, parameters, settings, stages, template_name, template, "
@@ -194,11 +200,14 @@ class PipelineStore:
         )
         return found is not None
 
-    async def lock(self, tenant: str, kind: str, pipeline_id: str) -> PipelineRow | None:
-        """The pipeline of this tenant and kind, locked until the transaction ends."""
+    async def lock(
+        self, tenant: str, kind: str, pipeline_id: str, *, wait: bool = True
+    ) -> PipelineRow | None:
+        """The pipeline of this tenant and kind, locked until the transaction ends; with
+        ``wait`` False, None at once when another transaction holds it."""
         row = await self._conn.fetchrow(
             f"SELECT {_PIPELINE} FROM pipelines WHERE id = $1 AND tenant = $2 AND kind = $3 "
-            "FOR UPDATE",
+            f"FOR UPDATE{'' if wait else ' SKIP LOCKED'}",
             pipeline_id,
             tenant,
             kind,
@@ -358,6 +367,41 @@ class PipelineStore:
             version = {k[2:]: record.pop(k) for k in list(record) if k.startswith("v_")}
             found.append((PipelineRow(**record), VersionRow(**version)))
         return found
+
+    async def set_pause(
+        self, pipeline_id: str, *, by: str | None, at: datetime | None, adopted: bool = True
+    ) -> None:
+        """Record the schedule's pause (``by`` and ``at``), or its end (both None)."""
+        await self._conn.execute(
+            "UPDATE pipelines SET schedule_paused_by = $2, schedule_paused_at = $3, "
+            "schedule_pause_adopted = schedule_pause_adopted OR $4 WHERE id = $1",
+            pipeline_id,
+            by,
+            at,
+            adopted,
+        )
+
+    async def end_pause(self, pipeline_id: str, *, while_current: int) -> bool:
+        """End the schedule's pause if version ``while_current`` is still the current one;
+        whether a pause ended."""
+        ended = await self._conn.fetchval(
+            "UPDATE pipelines SET schedule_paused_by = NULL, schedule_paused_at = NULL "
+            "WHERE id = $1 AND current_version = $2 AND schedule_paused_by IS NOT NULL "
+            "RETURNING id",
+            pipeline_id,
+            while_current,
+        )
+        return ended is not None
+
+    async def ids(self, *, after: str, limit: int) -> list[tuple[str, str, str]]:
+        """(id, tenant, kind) of every tenant's pipelines by id after ``after``: a reconciler's
+        walk, one page at a time."""
+        rows = await self._conn.fetch(
+            "SELECT id, tenant, kind FROM pipelines WHERE id > $1 ORDER BY id LIMIT $2",
+            after,
+            limit,
+        )
+        return [(row["id"], row["tenant"], row["kind"]) for row in rows]
 
     async def host_cluster_id(self) -> str | None:
         value = await self._conn.fetchval(

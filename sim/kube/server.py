@@ -162,6 +162,7 @@ class _Api:
     async def _resource(self, request: web.Request, target: _Target) -> web.StreamResponse:
         store, rtype, ns, name = self._store, target.rtype, target.namespace, target.name
         method = request.method
+        store.faults.check(rtype, ns, _verb(method, name))
         if name is None:
             if method == "GET":
                 if request.query.get("watch", "") in _TRUE:
@@ -411,6 +412,14 @@ def _deleted(rtype: ResourceType, deleted: Stored) -> web.Response:
         status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
         return _json(200, {**status, "details": details})
     return _raw(200, deleted.data)
+
+
+def _verb(method: str, name: str | None) -> str:
+    """The request's verb as RBAC names it (a watch counts as a list)."""
+    if method == "GET":
+        return "get" if name is not None else "list"
+    verbs = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+    return verbs.get(method, method.lower())
 
 
 def _method_not_allowed(method: str) -> ApiError:

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from sim.kube.changes import ChangeLog, Subscriber
+from sim.kube.faults import Faults
 from sim.kube.logs import ContainerLog, PodLogs
 from sim.kube.objects import ParsedPool, Stored, owned, with_status_of
 from sim.kube.ownership import Key, OwnerIndex
@@ -91,6 +92,8 @@ class ClusterStore:
         self._proxies = ProxyRegistry()
         self._pool = ParsedPool(parsed_objects)
         self._owners = OwnerIndex()
+        # Refusals at the API's edge (tests): ``faults.refuse(rtype, ...)``.
+        self.faults = Faults()
         for rtype in BUILTIN_TYPES:
             self.register(rtype)
         namespaces = self._types[NAMESPACES_KEY]

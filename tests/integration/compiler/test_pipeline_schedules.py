@@ -10,7 +10,6 @@ from typing import Any
 
 from shared.runs import ClusterRef, RunSource
 from sim.argo.controller import ArgoSimulator
-from sim.kube.types import ApiError
 from tests.integration.compiler.pipeline_stack import NS, Stack, body, headers, make_stack
 from watcher.normalise import normalise
 
@@ -185,22 +184,14 @@ async def test_the_floor_is_the_setting(db: Any, database_url: str, settings_fac
 async def test_an_attachment_failure_fails_the_save_and_records_no_version(
     stack: Stack,
 ) -> None:
-    """An admission webhook refusing CronWorkflows (the emulator has none: its store refuses)."""
+    """An admission webhook refusing CronWorkflows (the emulator's fault hook)."""
     _, saved = await stack.call("POST", "data-pipelines", json=body())
     store = stack.world.host.store
-    refused = store.resolve(*CRON)
-    original = store.create_raw
-
-    def admission(rtype: Any, namespace: Any, obj: Any, **kwargs: Any) -> Any:
-        if rtype is refused:
-            raise ApiError(403, "Forbidden", "admission webhook denied the request")
-        return original(rtype, namespace, obj, **kwargs)
-
-    store.create_raw = admission  # type: ignore[method-assign]
+    lift = store.faults.refuse(store.resolve(*CRON))
     try:
         status, answer = await stack.call("PUT", f"data-pipelines/{saved['id']}", json=scheduled())
     finally:
-        store.create_raw = original  # type: ignore[method-assign]
+        lift()
     assert status == 503, answer  # a 403 from the cluster: ours to fix, not the tenant's
     _, read = await stack.call("GET", f"data-pipelines/{saved['id']}")
     assert (read["current_version"], read["latest_version"]) == (1, 1)

@@ -84,6 +84,10 @@ def test_provisioning_in_its_order_needs_nothing_the_chart_does_not_grant() -> N
     for verb in ("get", "list", "create", "update", "delete"):
         name = None if verb == "list" else "p-1-v1"
         assert allows(COMPILER, Request(verb, "argoproj.io", "workflowtemplates", DATA, name))
+    # Schedules: each pipeline's CronWorkflow (saves, pauses, the drift reconciler).
+    for verb in ("get", "list", "create", "update", "delete"):
+        name = None if verb == "list" else "p-1"
+        assert allows(COMPILER, Request(verb, "argoproj.io", "cronworkflows", DATA, name))
     assert allows(COMPILER, Request("create", "argoproj.io", "workflows", DATA))
     # Where the API server is, and Argo's linter behind the service proxy.
     assert allows(COMPILER, Request("get", "", "services", "default", "kubernetes"))
@@ -261,8 +265,11 @@ def test_in_the_events_namespace_the_compiler_keeps_its_event_objects_by_name() 
         for verb in ("get", "create", "update", "delete"):
             name = None if verb == "create" else "p-1"
             assert world.allows(COMPILER, Request(verb, group, resource, EVENTS, name)), resource
-        for verb in ("list", "watch"):  # read back by name only: no other Secret is read
-            assert not world.allows(COMPILER, Request(verb, group, resource, EVENTS))
+        # Secrets are read back by name only: no other Secret is read. The other objects are
+        # listed, by label, to find a deleted pipeline's (the drift reconciler's orphans).
+        listed = resource != "secrets"
+        assert world.allows(COMPILER, Request("list", group, resource, EVENTS)) is listed
+        assert not world.allows(COMPILER, Request("watch", group, resource, EVENTS))
     for group, resource in EVENT_OBJECTS:  # and nowhere else
         for namespace in (*ELSEWHERE, OTHER_DATA):
             assert not world.allows(COMPILER, Request("create", group, resource, namespace))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from compiler.drift import drifted, recreated, replacement
+from compiler.drift import drifted, orphaned, recreated, replacement
 from compiler.tenants.provisioning import tenant_objects
 from tests.unit.compiler._specs import NAMESPACE, SPEC, TENANT, one
 
@@ -172,3 +173,37 @@ def test_a_replacement_keeps_theirs_and_puts_back_ours() -> None:
     assert body["spec"] == {"finalizers": ["kubernetes"]}
     assert "status" not in body
     assert live["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+# --- orphans --------------------------------------------------------------------------------
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+GRACE = timedelta(minutes=10)
+
+
+def owned(owner: str | None, created: str | None, name: str = "x") -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name}
+    if owner is not None:
+        metadata["labels"] = {"kubeopera.io/pipeline-id": owner}
+    if created is not None:
+        metadata["creationTimestamp"] = created
+    return {"metadata": metadata}
+
+
+@pytest.mark.parametrize(
+    ("item", "orphan"),
+    [
+        (owned("gone", "2026-06-01T11:49:59Z"), True),  # older than the grace
+        (owned("gone", "2026-06-01T11:50:00Z"), False),  # exactly the grace: maybe a save's
+        (owned("gone", "2026-06-01T11:59:00Z"), False),  # young: a save not yet committed
+        (owned("alive", "2020-01-01T00:00:00Z"), False),  # its pipeline is recorded
+        (owned(None, "2020-01-01T00:00:00Z"), False),  # not a pipeline's
+        (owned("gone", None), False),  # age unknown: kept
+        (owned("gone", "yesterday"), False),
+        (owned("gone", "2020-01-01T00:00:00"), False),  # no zone: cannot be compared
+    ],
+)
+def test_orphans_are_old_objects_of_pipelines_not_recorded(
+    item: dict[str, Any], orphan: bool
+) -> None:
+    found = orphaned([item], {"alive"}, label="kubeopera.io/pipeline-id", now=NOW, grace=GRACE)
+    assert (found == [item]) is orphan
