@@ -2,12 +2,14 @@
 
 Two loops over ``shared.db.notifications.NotificationStore``:
 
-- the enqueuer reads ``run_changes`` after the durable cursor (woken by ``NOTIFY runs``, and
-  every ``poll_interval`` in case a notification was missed) and, in the transaction that
-  moves the cursor, inserts one delivery per finished run and matching channel;
+- the enqueuer reads ``run_changes`` after the durable cursor (woken by ``NOTIFY runs`` on a
+  LISTEN connection reopened whenever it is lost, and every ``poll_interval`` in case a
+  notification was missed) and, in the transaction that moves the cursor, inserts one
+  delivery per finished run, matching channel and kind (a PagerDuty resolve is the second);
 - the deliverer sends what is due: it reads the channel's data secret (a missing secret or
   key fails the delivery with that reason, never the value), records the attempt (committed)
   before the request, POSTs, and records the outcome (``compiler.notifications.retrying``).
+  Each delivery is on its own: one failing never cancels another in flight.
 
 When it starts (after a crash, a restart, or on a new leader) it first settles what the last
 sender left in flight: PagerDuty deliveries are sent again (same dedup key), Slack deliveries
@@ -191,7 +193,12 @@ class NotificationSender:
             duration_seconds=change.duration_seconds,
             message=change.message,
         )
-        planned = plan(with_failed_step(run, change.graph), channels, ui_url=self._config.ui_url)
+        planned = plan(
+            with_failed_step(run, change.graph),
+            channels,
+            ui_url=self._config.ui_url,
+            notified=change.notified,
+        )
         for item in planned:
             ENQUEUED.labels(item.type).inc()
         return planned
@@ -391,6 +398,7 @@ class NotificationSender:
         OUTCOMES.labels(delivery.type, outcome.state).inc()
         fields = {
             "channel": delivery.channel,
+            "kind": delivery.kind,
             "type": delivery.type,
             "tenant": delivery.tenant,
             "namespace": delivery.namespace,

@@ -236,9 +236,13 @@ async def delete_runs(pool: asyncpg.Pool, *records: RunRecord) -> None:
     )
 
 
-async def deliveries(pool: asyncpg.Pool) -> dict[tuple[str, str], asyncpg.Record]:
-    """(run uid, channel) → the delivery row."""
-    rows = await pool.fetch("SELECT * FROM notification_deliveries ORDER BY id")
+async def deliveries(
+    pool: asyncpg.Pool, kind: str = "notify"
+) -> dict[tuple[str, str], asyncpg.Record]:
+    """(run uid, channel) → the delivery row of ``kind`` (notify, or a PagerDuty resolve)."""
+    rows = await pool.fetch(
+        "SELECT * FROM notification_deliveries WHERE kind = $1 ORDER BY id", kind
+    )
     return {(row["run_uid"], row["channel"]): row for row in rows}
 
 
