@@ -115,6 +115,7 @@ class NotificationSender:
         self._dsn = listen_dsn
         self._jitter = jitter
         self._deliverable = asyncio.Event()
+        self._faults = 0  # deliveries that failed with an error of their own, ever
         self._versions: dict[tuple[str, int], list[SlackChannel | PagerDutyChannel]] = {}
 
     async def run(self) -> None:
@@ -217,9 +218,9 @@ class NotificationSender:
                         log.info("notification_deliveries_pruned", deliveries=pruned)
                     next_prune = loop.time() + PRUNE_EVERY
                 failures = 0
-            except DependencyDown as exc:
+            except Exception as exc:  # a pass that failed never stops the deliveries in flight
                 failures += 1
-                log.warning("notifications_enqueue_failed", error=exc.message, failures=failures)
+                log.warning("notifications_enqueue_failed", error=_fault(exc), failures=failures)
                 await asyncio.sleep(_pause(failures))
                 continue
             with contextlib.suppress(TimeoutError):
@@ -251,14 +252,17 @@ class NotificationSender:
         failures = 0
         while True:
             self._deliverable.clear()
+            faults = self._faults
             try:
                 await self.deliver_due(http)
                 due_in = await self._store.next_due_in()
-                failures = 0
-            except DependencyDown as exc:
+                failures = 0 if self._faults == faults else failures + 1
+            except Exception as exc:  # a pass that failed: tried again, never a crash loop
                 failures += 1
-                log.warning("notifications_deliver_failed", error=exc.message, failures=failures)
-                due_in = _pause(failures)
+                log.warning("notifications_deliver_failed", error=_fault(exc), failures=failures)
+                due_in = None
+            if failures:
+                due_in = max(due_in or 0.0, _pause(failures))
             timeout = self._config.poll_interval if due_in is None else due_in
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
@@ -271,13 +275,14 @@ class NotificationSender:
         try:
             await self._deliver(http, delivery)
         except Exception as exc:  # the boundary of one delivery: nothing crosses to the others
+            self._faults += 1
             log.error(
                 "notification_delivery_crashed",
                 channel=delivery.channel,
                 type=delivery.type,
                 tenant=delivery.tenant,
                 workflow=delivery.name,
-                error=exc.message if isinstance(exc, WorkflowManagerError) else type(exc).__name__,
+                error=_fault(exc),
             )
             return False
         return True
@@ -437,6 +442,12 @@ class NotificationSender:
 
 def _channel_type(delivery: Delivery) -> ChannelType:
     return "slack" if delivery.type == "slack" else "pagerduty"
+
+
+def _fault(exc: Exception) -> str:
+    """What went wrong, for a log line: our own message, else only the exception's type (an
+    aiohttp or asyncpg text may hold a URL or a value)."""
+    return exc.message if isinstance(exc, WorkflowManagerError) else type(exc).__name__
 
 
 def _pause(failures: int) -> float:

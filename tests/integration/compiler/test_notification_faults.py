@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from shared import labels as L
 from shared.runs import RunRecord
 from sim.ports import free_port
 from sim.receivers import Answer, Receivers
@@ -169,3 +170,53 @@ async def test_a_slack_webhook_that_refused_the_connection_is_posted_once_when_u
         await late.stop()
     row = (await deliveries(env.pool))[(run.uid, "ops-slack")]
     assert (row["state"], row["attempts"], row["status_code"]) == ("sent", 2, 200)
+
+
+async def test_a_delivery_that_cannot_be_prepared_costs_none_of_its_siblings_in_flight(
+    env: Env,
+) -> None:
+    """A channel's Secret that is not what a Secret should be (its ``data`` a list): reading it
+    fails with an error of ours, while the Slack deliveries are in flight. Nothing was sent
+    for it: it is tried again later; the others are sent."""
+    secrets = env.cluster.store.resolve("", "v1", "secrets")
+    env.cluster.store.create(
+        secrets,
+        "kubeopera-data-acme",
+        {
+            "metadata": {"name": "odd", "labels": {L.DATA_SECRET: L.DATA_SECRET_VALUE}},
+            "data": ["x"],
+        },
+    )
+    await env.pipeline("p1", [SLACK, {**PAGER, "secret": "odd"}])
+    env.receivers.hold("slack", taken=False)
+    async with sender_running(env.sender):
+        runs = [run_record(cluster_id=env.host, pipeline_id="p1", version=1) for _ in "ab"]
+        await record_runs(env.pool, *runs)
+        await env.receivers.wait_for(lambda: len(env.receivers.held()) == 2)
+
+        async def put_off() -> bool:
+            rows = await deliveries(env.pool)
+            return all(
+                row["state"] == "pending" and row["last_error"] is not None
+                for (_, channel), row in rows.items()
+                if channel == "pager"
+            )
+
+        await eventually(put_off, what="the odd channel's deliveries put off")
+        env.receivers.release("slack")
+
+        async def sent() -> bool:
+            rows = await deliveries(env.pool)
+            return all(row["state"] == "sent" for (_, c), row in rows.items() if c == "ops-slack")
+
+        await eventually(sent, what="the Slack deliveries sent")
+    rows = await deliveries(env.pool)
+    assert {(c, r["state"], r["attempts"]) for (_, c), r in rows.items()} == {
+        ("ops-slack", "sent", 1),
+        ("pager", "pending", 0),
+    }
+    assert {r["last_error"] for (_, c), r in rows.items() if c == "pager"} == {
+        "the delivery could not be prepared (AttributeError)"
+    }
+    assert len(env.receivers.messages(HOOK)) == 2
+    assert env.receivers.of("pagerduty") == []
