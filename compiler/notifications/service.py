@@ -30,7 +30,12 @@ import aiohttp
 import asyncpg
 from prometheus_client import Counter
 
-from compiler.notifications.http_senders import NoAnswer, open_session, post_json
+from compiler.notifications.http_senders import (
+    REQUEST_TIMEOUT,
+    NoAnswer,
+    open_session,
+    post_json,
+)
 from compiler.notifications.planning import (
     ChannelType,
     PlannedDelivery,
@@ -65,6 +70,9 @@ INTERRUPTED: Final = (
     "and is not sent again (Slack has no idempotency key)"
 )
 PRUNE_EVERY: Final = 3600.0
+# A stopping sender waits this long for its requests in flight: one request's timeout and some
+# time to record its outcome (SHUTDOWN_GRACE, 25 s by default, leaves room for it).
+DRAIN: Final = REQUEST_TIMEOUT + 2.0
 RETRY_FIRST: Final = 0.1
 RETRY_CAP: Final = 5.0
 VERSIONS_CACHED: Final = 1024
@@ -116,6 +124,7 @@ class NotificationSender:
         self._jitter = jitter
         self._deliverable = asyncio.Event()
         self._faults = 0  # deliveries that failed with an error of their own, ever
+        self._stopping = False
         self._versions: dict[tuple[str, int], list[SlackChannel | PagerDutyChannel]] = {}
 
     async def run(self) -> None:
@@ -124,6 +133,7 @@ class NotificationSender:
         lost LISTEN connection is opened again (and the changes it missed read), PostgreSQL
         refusing a pass is retried, and one delivery's failure is its own; raises only when
         the settling at the start cannot be done."""
+        self._stopping = False
         async with open_session() as http:
             settled = await self._store.settle_interrupted(slack_error=INTERRUPTED)
             if settled:
@@ -242,11 +252,31 @@ class NotificationSender:
                 return await self._deliver_alone(http, delivery)
 
         while due := await self._store.due(limit=self._config.batch):
-            done = await asyncio.gather(*(one(delivery) for delivery in due))
+            tasks = [asyncio.create_task(one(delivery)) for delivery in due]
+            try:
+                await asyncio.wait(tasks)
+            except asyncio.CancelledError:
+                await self._drain(tasks)
+                raise
             tried += len(due)
-            if not all(done):
+            if not all(task.result() for task in tasks):
                 break
         return tried
+
+    async def _drain(self, tasks: list[asyncio.Task[bool]]) -> None:
+        """The sender is stopping (shutdown, leadership lost): deliveries not yet begun stay
+        pending for the next sender, and requests already on their way are given ``DRAIN``
+        seconds to end and have their outcomes recorded, so that a stop is not what leaves a
+        Slack message ``unconfirmed``."""
+        self._stopping = True
+        in_flight = [task for task in tasks if not task.done()]
+        log.info("notifications_draining", deliveries=len(in_flight))
+        try:
+            if in_flight:
+                await asyncio.wait(in_flight, timeout=DRAIN)
+        finally:
+            for task in in_flight:
+                task.cancel()
 
     async def _deliver_loop(self, http: aiohttp.ClientSession) -> None:
         failures = 0
@@ -301,6 +331,8 @@ class NotificationSender:
             await self._record(delivery, expected="pending", outcome=target, attempts=None)
             return
         url, body = target
+        if self._stopping:
+            return  # not begun: pending for the next sender
         attempts = await self._store.begin_attempt(delivery.id)
         if attempts is None:
             return  # no longer pending: settled elsewhere

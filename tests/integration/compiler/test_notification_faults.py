@@ -12,13 +12,16 @@ receivers, which hold the requests in flight until the test releases them.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
+from structlog.testing import capture_logs
 
 from shared import labels as L
 from shared.runs import RunRecord
+from shared.tasks import Supervisor
 from sim.ports import free_port
 from sim.receivers import Answer, Receivers
 from tests.integration.compiler.notify_helpers import (
@@ -220,3 +223,33 @@ async def test_a_delivery_that_cannot_be_prepared_costs_none_of_its_siblings_in_
     }
     assert len(env.receivers.messages(HOOK)) == 2
     assert env.receivers.of("pagerduty") == []
+
+
+async def test_a_stopping_sender_lets_its_requests_in_flight_end(env: Env) -> None:
+    """A graceful stop (shutdown, or the Lease lost) while requests are on their way: they are
+    let end and their outcomes recorded, not left for the next sender to call unconfirmed."""
+    await env.pipeline("p1", [SLACK])
+    env.receivers.hold("slack", taken=False)
+    workers = Supervisor(name="notifications-test")
+    workers.spawn("notifications", env.sender.run)
+    runs = [run_record(cluster_id=env.host, pipeline_id="p1", version=1) for _ in "ab"]
+    try:
+        with capture_logs() as logged:
+            await record_runs(env.pool, *runs)
+            await env.receivers.wait_for(lambda: len(env.receivers.held()) == 2)
+            stopping = asyncio.create_task(workers.shutdown(grace=30.0))
+
+            async def draining() -> bool:
+                return any(entry["event"] == "notifications_draining" for entry in logged)
+
+            await eventually(draining, what="the sender stopping")
+            env.receivers.release("slack")
+            assert await stopping == []
+    finally:
+        await workers.shutdown(grace=10.0)
+    assert len(env.receivers.messages(HOOK)) == 2
+    rows = await deliveries(env.pool)
+    assert {(uid, row["state"], row["attempts"]) for (uid, _), row in rows.items()} == {
+        (runs[0].uid, "sent", 1),
+        (runs[1].uid, "sent", 1),
+    }
