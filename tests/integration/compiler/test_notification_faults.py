@@ -13,12 +13,14 @@ receivers, which hold the requests in flight until the test releases them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
 from structlog.testing import capture_logs
 
+from compiler.notifications.http_senders import NoAnswer, open_session, post_json
 from shared import labels as L
 from shared.runs import RunRecord
 from shared.tasks import Supervisor
@@ -253,3 +255,48 @@ async def test_a_stopping_sender_lets_its_requests_in_flight_end(env: Env) -> No
         (runs[0].uid, "sent", 1),
         (runs[1].uid, "sent", 1),
     }
+
+
+@contextlib.asynccontextmanager
+async def tcp_server(answer: bytes) -> AsyncIterator[int]:
+    """A TCP server on a free port that reads what comes and writes ``answer`` (not TLS)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(4096)
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield int(server.sockets[0].getsockname()[1])
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_only_requests_that_never_left_count_as_not_reached(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What makes a Slack delivery retryable: no byte of the request sent (a TLS handshake
+    that failed, a name that does not resolve, a proxy refusing the tunnel). A proxy's 504
+    for a request it forwarded is an answer (and for Slack, unconfirmed)."""
+    refused = b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n"
+    async with tcp_server(refused) as plain, open_session() as http:
+        for url in (f"https://127.0.0.1:{plain}/slack/x", "https://hooks.example.invalid/x"):
+            with pytest.raises(NoAnswer) as no_answer:
+                await post_json(http, url, {"text": "hi"})
+            assert no_answer.value.reached is False, url
+            assert no_answer.value.error.startswith("could not connect"), url
+    async with tcp_server(refused) as proxy:
+        monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy}")
+        async with open_session() as http:
+            with pytest.raises(NoAnswer) as no_answer:
+                await post_json(http, "https://hooks.example.com/services/x", {"text": "hi"})
+    assert no_answer.value.reached is False
+    gateway = b"HTTP/1.1 504 Gateway Timeout\r\nContent-Length: 0\r\n\r\n"
+    async with tcp_server(gateway) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy}")
+        async with open_session() as http:
+            answer = await post_json(http, "http://hooks.example.com/services/x", {"text": "hi"})
+    assert answer.status == 504
