@@ -95,10 +95,12 @@ SCHEMAS: dict[str, Any] = {
     },
     "NotificationDelivery": {
         "type": "object",
-        "description": "One channel told of the run's finish (docs/operations.md).",
-        "required": ["channel", "type", "state", "attempts"],
+        "description": "One channel told of the run's finish, or the PagerDuty resolve of a "
+        "failed run that succeeded when retried (docs/operations.md).",
+        "required": ["channel", "kind", "type", "state", "attempts"],
         "properties": {
             "channel": {"type": "string"},
+            "kind": {"type": "string", "enum": ["notify", "resolve"]},
             "type": {"type": "string", "enum": ["slack", "pagerduty"]},
             "state": {
                 "type": "string",

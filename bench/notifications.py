@@ -84,6 +84,7 @@ async def run(runs: int, delivered: int) -> dict[str, float]:
                     definition={},
                     parameters=[],
                     settings=body.settings(),
+                    stages=[],
                     template_name="p-p1-v1",
                     template={},
                     actor="bench",

@@ -339,9 +339,27 @@ def parse_body(data: object, kind: PipelineKind | None = None) -> PipelineBody:
             {"field": field_path(error["loc"]), "message": error["msg"]} for error in exc.errors()
         ]
         raise invalid_fields("the pipeline is invalid", errors) from exc
+    check_channels(body)
     if kind is not None:
         check_kind(body, kind)
     return body
+
+
+def check_channels(body: PipelineBody) -> None:
+    """Invalid when a PagerDuty channel is told of successes: an incident per successful run
+    pages people for nothing. PagerDuty channels page on failures and resolve the incident when
+    the failed run, retried, succeeds; a Slack channel is the place for successes."""
+    errors = [
+        {
+            "field": f"notifications[{index}].on",
+            "message": "a PagerDuty channel pages on failures only ('failure'); "
+            "tell successes to a Slack channel",
+        }
+        for index, channel in enumerate(body.notifications)
+        if isinstance(channel, PagerDutyChannel) and channel.on != "failure"
+    ]
+    if errors:
+        raise invalid_fields("the pipeline is invalid", errors)
 
 
 def check_kind(body: PipelineBody, kind: PipelineKind) -> None:

@@ -94,6 +94,7 @@ class RunReader:
 def notification_item(delivery: DeliveryView) -> dict[str, Any]:
     return {
         "channel": delivery.channel,
+        "kind": delivery.kind,
         "type": delivery.type,
         "state": delivery.state,
         "attempts": delivery.attempts,

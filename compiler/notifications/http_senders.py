@@ -34,7 +34,8 @@ class Answer:
 
 class NoAnswer(Exception):
     """No answer came back. ``reached``: the request may have arrived (it was written, or
-    the answer was lost); False only when the connection was never made."""
+    the answer was lost); False only when no byte of it was sent: the connection (or the
+    proxy's tunnel) was never made, the name never resolved, the TLS handshake failed."""
 
     def __init__(self, error: str, *, reached: bool) -> None:
         super().__init__(error)
@@ -62,7 +63,11 @@ async def post_json(session: aiohttp.ClientSession, url: str, body: Mapping[str,
                 data.decode(errors="replace"),
                 response.headers.get("Retry-After"),
             )
-    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+    except (
+        aiohttp.ClientConnectorError,  # refused, DNS, TLS handshake, certificate
+        aiohttp.ConnectionTimeoutError,
+        aiohttp.ClientHttpProxyError,  # the proxy refused the tunnel (CONNECT): nothing sent
+    ) as exc:
         raise NoAnswer(f"could not connect ({type(exc).__name__})", reached=False) from None
     except aiohttp.InvalidURL:
         raise NoAnswer("the URL cannot be used (InvalidURL)", reached=False) from None

@@ -2,8 +2,14 @@
 
 Purely computational, no side effects. The sender calls ``plan`` for every run change it reads
 that finished a run of a pipeline (the version the run was started from: its settings hold the
-channels, ``shared.pipelines.Notifications``) and inserts what it returns, once per run and
-channel, in the transaction that moves its cursor past the change.
+channels, ``shared.pipelines.Notifications``) and inserts what it returns, once per run,
+channel and kind, in the transaction that moves its cursor past the change.
+
+- Slack: a message when the run's phase meets the channel's ``on``.
+- PagerDuty pages on failures only: a ``trigger`` when the run ended ``Failed`` or ``Error``
+  (whatever ``on`` a version saved before that rule recorded), and a ``resolve`` with the same
+  dedup key when a run whose failure was told (the channel is in ``notified``) succeeds,
+  which a run does when it is retried in place (the same uid: Failed, Running, Succeeded).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from compiler.notifications.rendering import (
     FinishedRun,
     failed_steps,
     pagerduty_event,
+    pagerduty_resolve,
     run_link,
     slack_message,
 )
@@ -26,6 +33,7 @@ from shared.pipelines import Notifications, NotifyOn, PagerDutyChannel, SlackCha
 from shared.runs import RunPhase
 
 ChannelType = Literal["slack", "pagerduty"]
+DeliveryKind = Literal["notify", "resolve"]
 _CHANNELS: Final = TypeAdapter(Notifications)
 
 
@@ -38,6 +46,7 @@ class PlannedDelivery:
     secret: str
     key: str
     message: dict[str, Any]
+    kind: DeliveryKind = "notify"
 
 
 class UnreadableChannels(ValueError):
@@ -82,19 +91,28 @@ def plan(
     channels: list[SlackChannel | PagerDutyChannel],
     *,
     ui_url: str | None,
+    notified: frozenset[str] = frozenset(),
 ) -> list[PlannedDelivery]:
-    """The deliveries of ``run``: one per channel whose condition its phase meets."""
+    """The deliveries of ``run``: one per channel whose condition its phase meets, and a
+    resolve for each PagerDuty channel in ``notified`` (told of the run's failure) when it
+    succeeded."""
     link = run_link(ui_url, cluster_id=run.cluster_id, namespace=run.namespace, name=run.name)
     planned = []
     for channel in channels:
-        if not matches(channel.on, run.phase):
-            continue
+        kind: DeliveryKind = "notify"
         if isinstance(channel, SlackChannel):
+            if not matches(channel.on, run.phase):
+                continue
             message = slack_message(run, link=link)
-        else:
+        elif matches("failure", run.phase):
             message = pagerduty_event(run, link=link, severity=channel.severity)
+        elif run.phase is RunPhase.SUCCEEDED and channel.name in notified:
+            kind = "resolve"
+            message = pagerduty_resolve(run, link=link)
+        else:
+            continue
         planned.append(
-            PlannedDelivery(channel.name, channel.type, channel.secret, channel.key, message)
+            PlannedDelivery(channel.name, channel.type, channel.secret, channel.key, message, kind)
         )
     return planned
 

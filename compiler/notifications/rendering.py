@@ -190,13 +190,8 @@ def dedup_key(run_uid: str) -> str:
     return (DEDUP_PREFIX + run_uid)[:255]
 
 
-def pagerduty_event(run: FinishedRun, *, link: str | None, severity: str) -> dict[str, Any]:
-    """The Events API v2 ``trigger`` for the run, without ``routing_key`` (added when sent)."""
-    summary = _headline(run)
-    if run.failed_step is not None:
-        summary += f" at step {run.failed_step.name}"
-    summary += f" (tenant {run.tenant})"
-    details: dict[str, Any] = {
+def _details(run: FinishedRun) -> dict[str, Any]:
+    return {
         "pipeline": run.pipeline_name,
         "pipeline_id": run.pipeline_id,
         "version": run.pipeline_version,
@@ -206,6 +201,15 @@ def pagerduty_event(run: FinishedRun, *, link: str | None, severity: str) -> dic
         "phase": run.phase.value,
         "duration": format_duration(run.duration_seconds),
     }
+
+
+def pagerduty_event(run: FinishedRun, *, link: str | None, severity: str) -> dict[str, Any]:
+    """The Events API v2 ``trigger`` for the run, without ``routing_key`` (added when sent)."""
+    summary = _headline(run)
+    if run.failed_step is not None:
+        summary += f" at step {run.failed_step.name}"
+    summary += f" (tenant {run.tenant})"
+    details = _details(run)
     if run.failed_step is not None:
         details["failed_step"] = run.failed_step.name
         details["failed_steps"] = run.failed_steps
@@ -232,6 +236,32 @@ def pagerduty_event(run: FinishedRun, *, link: str | None, severity: str) -> dic
     if link:
         event["client_url"] = link
         event["links"] = [{"href": link, "text": "The run in workflow-manager"}]
+    return event
+
+
+def pagerduty_resolve(run: FinishedRun, *, link: str | None) -> dict[str, Any]:
+    """The Events API v2 ``resolve`` of the incident the run's failure opened (the same dedup
+    key), sent when the run, retried in place, succeeded. PagerDuty needs only the action and
+    the key; the payload states the phase the run finished with for the incident's log."""
+    summary = f"{_headline(run)}, retried in place: resolved (tenant {run.tenant})"
+    event: dict[str, Any] = {
+        "event_action": "resolve",
+        "dedup_key": dedup_key(run.uid),
+        "payload": {
+            "summary": cut(summary, MAX_SUMMARY),
+            "source": f"{run.cluster_id}/{run.namespace}",
+            "severity": "info",
+            "component": cut(run.pipeline_name, MAX_NAME),
+            "group": run.tenant,
+            "class": "pipeline run",
+            "custom_details": _details(run),
+        },
+        "client": "workflow-manager",
+    }
+    if run.finished_at is not None:
+        event["payload"]["timestamp"] = _timestamp(run.finished_at)
+    if link:
+        event["client_url"] = link
     return event
 
 

@@ -3,11 +3,14 @@
 Purely computational, no side effects (jitter comes in as a number, the clock as an age). The
 rules (docs/operations.md, "Run notifications"):
 
-- 2xx: sent. 429 and 5xx: tried again after an exponential backoff with jitter, never sooner
-  than the answer's ``Retry-After`` (seconds). Any other answer (400 ``invalid_payload``,
-  403, 404 ``channel_not_found``, 410 ``channel_is_archived``, a redirect): failed for good.
+- 2xx: sent. 429: tried again after an exponential backoff with jitter, never sooner than
+  the answer's ``Retry-After`` (seconds): a 429 is a refusal to process the request, by
+  Slack or by a proxy before it. A 5xx: PagerDuty is tried again like a 429; Slack is
+  ``unconfirmed`` (a proxy's 502/504 may come after Slack posted the message). Any other
+  answer (400 ``invalid_payload``, 403, 404 ``channel_not_found``, 410
+  ``channel_is_archived``, a redirect): failed for good.
 - A request that certainly never reached the receiver (connection refused, DNS, TLS, connect
-  timeout) is tried again, for either channel type.
+  timeout: no byte of it was sent) is tried again, for either channel type.
 - A request that may have reached it with no answer back (a timeout or a reset after it was
   written, or a sender that stopped meanwhile): PagerDuty is tried again (the run's dedup key
   makes a repeat harmless); Slack is ``unconfirmed`` and never sent again, since Slack has no
@@ -31,6 +34,10 @@ BACKOFF_CAP: Final = 600.0
 MAX_RETRY_AFTER: Final = 3600.0
 MAX_BODY_SHOWN: Final = 200
 SECRET_RETRY: Final = 30.0
+
+SLACK_UNCONFIRMED: Final = (
+    "the message may have been posted and is not sent again (Slack has no idempotency key)"
+)
 
 State = Literal["sent", "pending", "failed", "unconfirmed"]
 
@@ -85,6 +92,7 @@ def _again(
 
 
 def after_answer(
+    channel: ChannelType,
     *,
     status: int,
     body: str,
@@ -100,6 +108,8 @@ def after_answer(
     shown = shown_body(body)
     if shown:
         error += f": {shown}"
+    if status >= 500 and channel == "slack":
+        return Outcome("unconfirmed", f"{error}; {SLACK_UNCONFIRMED}")
     if status == 429 or status >= 500:
         wait = retry_after(retry_after_header)
         return _again(error, attempts=attempts, age=age, jitter=jitter, at_least=wait)
@@ -118,11 +128,7 @@ def after_no_answer(
     """The outcome of an attempt that got no answer. ``reached``: the request may have
     arrived (it was written, or the sender stopped while it was in flight)."""
     if reached and channel == "slack":
-        return Outcome(
-            "unconfirmed",
-            f"{error}; the message may have been posted and is not sent again "
-            "(Slack has no idempotency key)",
-        )
+        return Outcome("unconfirmed", f"{error}; {SLACK_UNCONFIRMED}")
     return _again(error, attempts=attempts, age=age, jitter=jitter)
 
 
@@ -136,6 +142,13 @@ def after_secret_unreadable(*, attempts: int, age: float, jitter: float) -> Outc
         jitter=jitter,
         at_least=SECRET_RETRY,
     )
+
+
+def after_fault(error: str, *, attempts: int, age: float, jitter: float) -> Outcome:
+    """An error of ours before any request (nothing was sent): tried again after at least
+    ``SECRET_RETRY`` seconds, no attempt counted, so that a fault that repeats is neither
+    tried in a loop nor forever."""
+    return _again(error, attempts=attempts, age=age, jitter=jitter, at_least=SECRET_RETRY)
 
 
 def format_age(seconds: float) -> str:

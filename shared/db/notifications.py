@@ -1,26 +1,29 @@
 """Run notifications in PostgreSQL: the sender's cursor over ``run_changes`` and the deliveries
-(tables ``notification_cursor`` and ``notification_deliveries``, migration 0009).
+(tables ``notification_cursor`` and ``notification_deliveries``, migrations 0009 and 0015).
 
 The one module that holds their SQL: the compiler's sender writes through ``NotificationStore``
 and the apiserver reads a run's deliveries through ``deliveries_of_run``.
 
-Exactly once per run and channel, in two halves (docs/operations.md, "Run notifications"):
+Exactly once per run, channel and kind, in two halves (docs/operations.md, "Run
+notifications"). A kind is ``notify`` (the message of the run's finish) or ``resolve`` (the
+PagerDuty resolve of a failed run's incident once the run, retried in place, succeeded):
 
 - ``enqueue_batch`` reads the changes after the cursor, in one transaction that holds the
   cursor row, inserts a delivery per run and matching channel (``ON CONFLICT (run_uid,
-  channel) DO NOTHING``) and moves the cursor past what it read. The watcher makes sequence
+  channel, kind) DO NOTHING``) and moves the cursor past what it read. The watcher makes sequence
   numbers visible in commit order (its advisory lock), so nothing committed later can land
   behind the cursor: a finish is never skipped, and the unique key never enqueues it twice.
 - The sender records each attempt (``begin_attempt``, committed) before its request and the
   outcome after it (``finish_attempt``); a row left ``sending`` by a sender that stopped is
-  settled by ``settle_interrupted`` when the next one starts.
+  settled by ``settle_interrupted`` when the next one starts. A resolve is due only once the
+  trigger it resolves has its outcome, so PagerDuty never sees it first.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final, Protocol
 
@@ -59,7 +62,9 @@ LEFT JOIN LATERAL (
            jsonb_build_object('nodes', coalesce(jsonb_path_query_array(r.graph,
                '$.nodes[*] ? (@.phase == "Failed" || @.phase == "Error")'), '[]'::jsonb))
                AS graph,
-           p.id AS pipeline_id, p.name AS pipeline_name, v.version, v.settings
+           p.id AS pipeline_id, p.name AS pipeline_name, v.version, v.settings,
+           array(SELECT d.channel FROM notification_deliveries AS d
+                 WHERE d.run_uid = r.uid AND d.kind = 'notify') AS notified
     FROM runs AS r
     JOIN clusters AS k ON k.id = r.cluster_id AND k.is_host
     JOIN pipelines AS p ON p.id = r.pipeline_id AND p.tenant = r.tenant
@@ -74,21 +79,30 @@ LEFT JOIN LATERAL (
 ORDER BY c.seq
 """
 _INSERT_DELIVERIES = """
-INSERT INTO notification_deliveries (run_uid, channel, type, cluster_id, namespace, name, tenant,
-    pipeline_id, pipeline_version, phase, secret, secret_key, message, change_seq)
-SELECT run_uid, channel, type, cluster_id, namespace, name, tenant, pipeline_id,
+INSERT INTO notification_deliveries (run_uid, channel, kind, type, cluster_id, namespace, name,
+    tenant, pipeline_id, pipeline_version, phase, secret, secret_key, message, change_seq)
+SELECT run_uid, channel, kind, type, cluster_id, namespace, name, tenant, pipeline_id,
        pipeline_version, phase, secret, secret_key, message::jsonb, change_seq
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-            $8::text[], $9::int[], $10::text[], $11::text[], $12::text[], $13::text[],
-            $14::bigint[])
-    AS d(run_uid, channel, type, cluster_id, namespace, name, tenant, pipeline_id,
+            $8::text[], $9::text[], $10::int[], $11::text[], $12::text[], $13::text[],
+            $14::text[], $15::bigint[])
+    AS d(run_uid, channel, kind, type, cluster_id, namespace, name, tenant, pipeline_id,
          pipeline_version, phase, secret, secret_key, message, change_seq)
-ON CONFLICT (run_uid, channel) DO NOTHING
+ON CONFLICT (run_uid, channel, kind) DO NOTHING
 """
 _DELIVERY = (
-    "id, run_uid, channel, type, cluster_id, namespace, name, tenant, secret, secret_key, "
-    "message, attempts, state, extract(epoch FROM now() - created_at)::float8 AS age"
+    "id, run_uid, channel, kind, type, cluster_id, namespace, name, tenant, secret, "
+    "secret_key, message, attempts, state, extract(epoch FROM now() - created_at)::float8 AS age"
 )
+# A pending delivery may be tried, save a resolve whose trigger (the same run and channel's
+# notify) has no outcome yet: PagerDuty must see the trigger first.
+_TRIABLE = """
+state = 'pending' AND NOT (kind = 'resolve' AND EXISTS (
+    SELECT 1 FROM notification_deliveries AS t
+    WHERE t.run_uid = notification_deliveries.run_uid
+      AND t.channel = notification_deliveries.channel
+      AND t.kind = 'notify' AND t.state IN ('pending', 'sending')))
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +125,8 @@ class FinishedChange:
     pipeline_name: str
     pipeline_version: int
     settings: dict[str, Any]
+    # The channels already told of this run (a ``notify`` delivery), before this change.
+    notified: frozenset[str] = frozenset()
 
 
 class Planned(Protocol):
@@ -118,6 +134,8 @@ class Planned(Protocol):
 
     @property
     def channel(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
     @property
     def type(self) -> str: ...
     @property
@@ -146,6 +164,7 @@ class Delivery:
     id: int
     run_uid: str
     channel: str
+    kind: str  # notify or resolve
     type: str
     cluster_id: str
     namespace: str
@@ -164,6 +183,7 @@ class DeliveryView:
     """A delivery as the run's detail shows it (never the secret's name or value)."""
 
     channel: str
+    kind: str
     type: str
     state: str
     attempts: int
@@ -212,7 +232,7 @@ class NotificationStore:
                 oldest = bounds["oldest"]
                 rows = await conn.fetch(_FINISHED_CHANGES, cursor, newest, limit)
                 changes = [_finished(row) for row in rows if row["uid"] is not None]
-                planned = [(change, item) for change in changes for item in plan(change)]
+                planned = _plan_in_order(changes, plan)
                 enqueued = 0
                 if planned:
                     status = await conn.execute(_INSERT_DELIVERIES, *_columns(planned))
@@ -233,7 +253,7 @@ class NotificationStore:
         with translate_db_errors():
             rows = await self._pool.fetch(
                 f"SELECT {_DELIVERY} FROM notification_deliveries "
-                "WHERE state = 'pending' AND next_attempt_at <= now() "
+                f"WHERE {_TRIABLE} AND next_attempt_at <= now() "
                 "ORDER BY next_attempt_at, id LIMIT $1",
                 limit,
             )
@@ -244,7 +264,7 @@ class NotificationStore:
         with translate_db_errors():
             value = await self._pool.fetchval(
                 "SELECT greatest(0, extract(epoch FROM min(next_attempt_at) - now()))::float8 "
-                "FROM notification_deliveries WHERE state = 'pending'"
+                f"FROM notification_deliveries WHERE {_TRIABLE}"
             )
         return None if value is None else float(value)
 
@@ -344,9 +364,9 @@ async def deliveries_of_run(
     """The deliveries of one run, by channel name (the caller checked it may see the run)."""
     with translate_db_errors():
         rows = await pool.fetch(
-            "SELECT channel, type, state, attempts, status_code, last_error, attempted_at, "
+            "SELECT channel, kind, type, state, attempts, status_code, last_error, attempted_at, "
             "sent_at, created_at FROM notification_deliveries "
-            "WHERE cluster_id = $1 AND run_uid = $2 ORDER BY channel",
+            "WHERE cluster_id = $1 AND run_uid = $2 ORDER BY channel, kind",
             cluster_id,
             run_uid,
         )
@@ -358,22 +378,41 @@ def _finished(row: asyncpg.Record) -> FinishedChange:
     values["phase"] = values.pop("change_phase")
     values["pipeline_version"] = values.pop("version")
     values["graph"] = values["graph"] if isinstance(values["graph"], dict) else {}
+    values["notified"] = frozenset(values["notified"] or ())
     return FinishedChange(**values)
 
 
+def _plan_in_order(
+    changes: Sequence[FinishedChange], plan: Callable[[FinishedChange], Sequence[Planned]]
+) -> list[tuple[FinishedChange, Planned]]:
+    """What ``plan`` makes of each change, in seq order, each change knowing the channels told
+    of its run before it: those recorded, and those planned for its run earlier in the batch
+    (a run that failed, was retried and succeeded between two reads)."""
+    notified: dict[str, set[str]] = {}
+    planned: list[tuple[FinishedChange, Planned]] = []
+    for change in changes:
+        told = notified.setdefault(change.uid, set(change.notified))
+        for item in plan(replace(change, notified=frozenset(told))):
+            planned.append((change, item))
+            if item.kind == "notify":
+                told.add(item.channel)
+    return planned
+
+
 def _columns(planned: Sequence[tuple[FinishedChange, Planned]]) -> list[list[Any]]:
-    """Column arrays of the deliveries, the first of each (run, channel) only: a batch may hold
-    two changes finishing one run (its last update and its deletion)."""
-    seen: set[tuple[str, str]] = set()
+    """Column arrays of the deliveries, the first of each (run, channel, kind) only: a batch may
+    hold two changes finishing one run (its last update and its deletion)."""
+    seen: set[tuple[str, str, str]] = set()
     unique = []
     for change, item in planned:
-        if (change.uid, item.channel) not in seen:
-            seen.add((change.uid, item.channel))
+        if (change.uid, item.channel, item.kind) not in seen:
+            seen.add((change.uid, item.channel, item.kind))
             unique.append((change, item))
     rows = [
         (
             change.uid,
             item.channel,
+            item.kind,
             item.type,
             change.cluster_id,
             change.namespace,
@@ -417,7 +456,7 @@ async def _audit(
         tenant=delivery.tenant,
         actor=ACTOR,
         action=ACTION,
-        parameters={"channel": delivery.channel, "type": delivery.type},
+        parameters={"channel": delivery.channel, "type": delivery.type, "kind": delivery.kind},
         outcome="succeeded" if state == "sent" else "failed",
         detail=detail,
     )

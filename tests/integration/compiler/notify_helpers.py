@@ -1,25 +1,127 @@
-"""Helpers of the notification tests: a tenant's data secrets in the emulator, run records
-written through the watcher's own writer (``RunStore.write_batch``: upsert, change log, NOTIFY
-runs, in one transaction), and reads of what the sender recorded."""
+"""Helpers of the notification tests: the sender over the emulator and the local receivers
+(``sender_env``), a tenant's data secrets in the emulator, run records written through the
+watcher's own writer (``RunStore.write_batch``: upsert, change log, NOTIFY runs, in one
+transaction), and reads of what the sender recorded."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import aiohttp
 import asyncpg
 
+from compiler.k8s_objects import KubeObjects
+from compiler.notifications.http_senders import open_session
+from compiler.notifications.service import NotificationSender, SenderConfig
 from shared import labels as L
+from shared.db.notifications import FINAL_STATES
+from shared.db.pipelines import PipelineStore
+from shared.k8s import client_from_kubeconfig
+from shared.pipelines import parse_body
 from shared.runs import RunPhase, RunRecord, RunSource
+from shared.tasks import Backoff, Supervisor
+from sim.kube.server import RunningCluster, start_cluster
 from sim.kube.store import ClusterStore
+from sim.receivers import Receivers
+from tests.integration.watcher.harness import eventually
 from watcher.pg_store import RunStore, Tombstone
 
 UI = "https://ui.example/kubeopera"
 ROUTING_KEY = "R0UT1NGKEY0000000000000000000000"
+HOOK = "T0/B0/very-secret-token"
+SLACK = {"name": "ops-slack", "type": "slack", "secret": "slack-hook", "on": "always"}
+PAGER = {"name": "pager", "type": "pagerduty", "secret": "pagerduty"}
 _versions = itertools.count(100)
+
+
+@dataclass
+class Env:
+    pool: asyncpg.Pool
+    cluster: RunningCluster
+    receivers: Receivers
+    sender: NotificationSender
+    http: aiohttp.ClientSession
+    host: str
+
+    async def pipeline(
+        self, pipeline_id: str, *versions: list[dict[str, Any]], tenant: str = "acme"
+    ) -> None:
+        """A pipeline whose versions 1..N record these channels, as a save records them."""
+        async with PipelineStore.transaction(self.pool) as store:
+            await store.insert_pipeline(
+                pipeline_id=pipeline_id,
+                tenant=tenant,
+                kind="data",
+                name=f"pipeline {pipeline_id}",
+                description="",
+                definition_type="yaml",
+                actor="alice",
+            )
+            for number, channels in enumerate(versions, start=1):
+                body = parse_body(
+                    {
+                        "name": "x",
+                        "definition": {"type": "yaml", "template": "t"},
+                        "notifications": channels,
+                    }
+                )
+                await store.insert_version(
+                    pipeline_id=pipeline_id,
+                    version=number,
+                    definition={},
+                    parameters=[],
+                    settings=body.settings(),
+                    stages=[],
+                    template_name=f"p-{pipeline_id}-v{number}",
+                    template={},
+                    actor="alice",
+                )
+            await store.point_at(pipeline_id, current=len(versions), latest=len(versions))
+
+    async def cycle(self) -> None:
+        """What the sender's two loops do on a wake-up: enqueue, then send what is due."""
+        await self.sender.enqueue_pending()
+        await self.sender.deliver_due(self.http)
+
+
+@contextlib.asynccontextmanager
+async def sender_env(db: asyncpg.Pool, database_url: str) -> AsyncIterator[Env]:
+    """A sender (``NotificationSender``, as the compiler assembles it) over ``db``, the host
+    cluster's API (the emulator) with the tenants' namespaces and channel secrets, and the
+    local receivers. Slack URLs are allowed on any loopback port (``slack_prefixes``)."""
+    cluster = await start_cluster("host")
+    api = await client_from_kubeconfig(cluster.kubeconfig)
+    namespaces = cluster.store.resolve("", "v1", "namespaces")
+    for tenant in ("acme", "globex"):
+        cluster.store.create(namespaces, None, {"metadata": {"name": f"kubeopera-data-{tenant}"}})
+    await db.execute("INSERT INTO tenants (id) VALUES ('acme'), ('globex')")
+    async with Receivers() as receivers, open_session() as http:
+        data_secret(cluster.store, "acme", "slack-hook", {"url": receivers.slack_url(HOOK)})
+        data_secret(cluster.store, "acme", "pagerduty", {"routing_key": ROUTING_KEY})
+        sender = NotificationSender(
+            pool=db,
+            objects=KubeObjects(api),
+            config=SenderConfig(
+                ui_url=UI,
+                pagerduty_url=receivers.pagerduty_url,
+                slack_prefixes=(f"{receivers.url}/slack/", "http://127.0.0.1:"),
+                retention_days=90,
+            ),
+            listen_dsn=database_url,
+            jitter=lambda: 0.0,
+        )
+        try:
+            yield Env(db, cluster, receivers, sender, http, await add_host(db))
+        finally:
+            await api.close()
+            await cluster.stop()
 
 
 def data_secret(store: ClusterStore, tenant: str, name: str, values: dict[str, str]) -> None:
@@ -134,11 +236,55 @@ async def delete_runs(pool: asyncpg.Pool, *records: RunRecord) -> None:
     )
 
 
-async def deliveries(pool: asyncpg.Pool) -> dict[tuple[str, str], asyncpg.Record]:
-    """(run uid, channel) → the delivery row."""
-    rows = await pool.fetch("SELECT * FROM notification_deliveries ORDER BY id")
+async def deliveries(
+    pool: asyncpg.Pool, kind: str = "notify"
+) -> dict[tuple[str, str], asyncpg.Record]:
+    """(run uid, channel) → the delivery row of ``kind`` (notify, or a PagerDuty resolve)."""
+    rows = await pool.fetch(
+        "SELECT * FROM notification_deliveries WHERE kind = $1 ORDER BY id", kind
+    )
     return {(row["run_uid"], row["channel"]): row for row in rows}
 
 
 async def notify_audit(pool: asyncpg.Pool) -> list[asyncpg.Record]:
     return list(await pool.fetch("SELECT * FROM run_actions WHERE action = 'notify' ORDER BY id"))
+
+
+@contextlib.asynccontextmanager
+async def sender_running(sender: NotificationSender) -> AsyncIterator[None]:
+    """``sender.run`` as the compiler runs it: a supervised task, restarted after a crash (at
+    once here), cancelled at the end."""
+    workers = Supervisor(name="notifications-test")
+    workers.spawn("notifications", sender.run, backoff=Backoff(initial=0.05, maximum=0.05))
+    try:
+        yield
+    finally:
+        await workers.shutdown(grace=10.0)
+
+
+async def listen_backend(pool: asyncpg.Pool, *, other_than: int | None = None) -> int:
+    """The pid of the sender's LISTEN session (``application_name`` wm-compiler-notify), once
+    there is one (other than ``other_than``)."""
+    found: list[int] = []
+
+    async def listening() -> bool:
+        pids = await pool.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = 'wm-compiler-notify' AND pid <> $1",
+            other_than or 0,
+        )
+        found[:] = [int(row["pid"]) for row in pids]
+        return len(found) == 1
+
+    await eventually(listening, what="the sender's LISTEN session")
+    return found[0]
+
+
+async def settled(pool: asyncpg.Pool, total: int) -> None:
+    """Every one of ``total`` deliveries has its final state."""
+
+    async def final() -> bool:
+        rows = await pool.fetch("SELECT state FROM notification_deliveries")
+        return len(rows) == total and all(row["state"] in FINAL_STATES for row in rows)
+
+    await eventually(final, within=30, what=f"{total} deliveries settled")

@@ -7,119 +7,34 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
 
-import aiohttp
 import asyncpg
 import pytest
 
-from compiler.k8s_objects import KubeObjects
-from compiler.notifications.http_senders import open_session
-from compiler.notifications.service import NotificationSender, SenderConfig
 from shared.db.notifications import NotificationStore
-from shared.db.pipelines import PipelineStore
-from shared.k8s import client_from_kubeconfig
-from shared.pipelines import parse_body
 from shared.runs import RunPhase
-from sim.kube.server import RunningCluster, start_cluster
-from sim.receivers import Answer, Cut, Receivers
+from sim.receivers import Answer, Cut
 from tests.integration.compiler.notify_helpers import (
+    HOOK,
+    PAGER,
     ROUTING_KEY,
-    UI,
-    add_host,
+    SLACK,
+    Env,
     data_secret,
     delete_runs,
     deliveries,
     notify_audit,
     record_runs,
     run_record,
+    sender_env,
 )
 from watcher.pg_store import RUN_CHANGES_LOCK, UPSERT_AND_LOG_SQL, record_columns
-
-HOOK = "T0/B0/very-secret-token"
-SLACK = {"name": "ops-slack", "type": "slack", "secret": "slack-hook", "on": "always"}
-PAGER = {"name": "pager", "type": "pagerduty", "secret": "pagerduty"}
-
-
-@dataclass
-class Env:
-    pool: asyncpg.Pool
-    cluster: RunningCluster
-    receivers: Receivers
-    sender: NotificationSender
-    http: aiohttp.ClientSession
-    host: str
-
-    async def pipeline(
-        self, pipeline_id: str, *versions: list[dict[str, Any]], tenant: str = "acme"
-    ) -> None:
-        """A pipeline whose versions 1..N record these channels, as a save records them."""
-        async with PipelineStore.transaction(self.pool) as store:
-            await store.insert_pipeline(
-                pipeline_id=pipeline_id,
-                tenant=tenant,
-                kind="data",
-                name=f"pipeline {pipeline_id}",
-                description="",
-                definition_type="yaml",
-                actor="alice",
-            )
-            for number, channels in enumerate(versions, start=1):
-                body = parse_body(
-                    {
-                        "name": "x",
-                        "definition": {"type": "yaml", "template": "t"},
-                        "notifications": channels,
-                    }
-                )
-                await store.insert_version(
-                    pipeline_id=pipeline_id,
-                    version=number,
-                    definition={},
-                    parameters=[],
-                    settings=body.settings(),
-                    stages=[],
-                    template_name=f"p-{pipeline_id}-v{number}",
-                    template={},
-                    actor="alice",
-                )
-            await store.point_at(pipeline_id, current=len(versions), latest=len(versions))
-
-    async def cycle(self) -> None:
-        """What the sender's two loops do on a wake-up: enqueue, then send what is due."""
-        await self.sender.enqueue_pending()
-        await self.sender.deliver_due(self.http)
 
 
 @pytest.fixture
 async def env(db: asyncpg.Pool, database_url: str) -> AsyncIterator[Env]:
-    cluster = await start_cluster("host")
-    api = await client_from_kubeconfig(cluster.kubeconfig)
-    namespaces = cluster.store.resolve("", "v1", "namespaces")
-    for tenant in ("acme", "globex"):
-        cluster.store.create(namespaces, None, {"metadata": {"name": f"kubeopera-data-{tenant}"}})
-    await db.execute("INSERT INTO tenants (id) VALUES ('acme'), ('globex')")
-    async with Receivers() as receivers, open_session() as http:
-        data_secret(cluster.store, "acme", "slack-hook", {"url": receivers.slack_url(HOOK)})
-        data_secret(cluster.store, "acme", "pagerduty", {"routing_key": ROUTING_KEY})
-        sender = NotificationSender(
-            pool=db,
-            objects=KubeObjects(api),
-            config=SenderConfig(
-                ui_url=UI,
-                pagerduty_url=receivers.pagerduty_url,
-                slack_prefixes=(f"{receivers.url}/slack/",),
-                retention_days=90,
-            ),
-            listen_dsn=database_url,
-            jitter=lambda: 0.0,
-        )
-        try:
-            yield Env(db, cluster, receivers, sender, http, await add_host(db))
-        finally:
-            await api.close()
-            await cluster.stop()
+    async with sender_env(db, database_url) as value:
+        yield value
 
 
 async def test_a_finish_seen_three_times_is_enqueued_once_and_a_running_run_not_at_all(

@@ -125,6 +125,14 @@ async def test_a_failed_and_a_succeeded_run_notify_their_channels_once_with_what
     )
     assert status == 201, saved
     pipeline = saved["id"]
+    # A PagerDuty channel told of successes is refused at save, naming the field.
+    for on in ("success", "always"):
+        paging = [CHANNELS[0], {**CHANNELS[1], "on": on}]
+        status, refused = await stack.call(
+            "POST", "data-pipelines", json={**body(name="paging"), "notifications": paging}
+        )
+        assert status == 400, refused
+        assert [e["field"] for e in refused["details"]["errors"]] == ["notifications[1].on"]
 
     async with watching(stack, settings_factory, tmp_path), sending(stack):
         failed = await run_pipeline(stack, pipeline)

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from compiler.notifications.planning import ChannelType
 from compiler.notifications.retrying import (
     BACKOFF_CAP,
     MAX_AGE,
@@ -14,6 +15,7 @@ from compiler.notifications.retrying import (
     SECRET_RETRY,
     Outcome,
     after_answer,
+    after_fault,
     after_no_answer,
     after_secret_unreadable,
     backoff,
@@ -22,9 +24,16 @@ from compiler.notifications.retrying import (
 )
 
 
-def answer(status: int, body: str = "", header: str | None = None, **kw: float) -> Outcome:
+def answer(
+    status: int,
+    body: str = "",
+    header: str | None = None,
+    channel: ChannelType = "pagerduty",
+    **kw: float,
+) -> Outcome:
     values = {"attempts": 1, "age": 0.0, "jitter": 0.5, **kw}
     return after_answer(
+        channel,
         status=status,
         body=body,
         retry_after_header=header,
@@ -34,9 +43,10 @@ def answer(status: int, body: str = "", header: str | None = None, **kw: float) 
     )
 
 
+@pytest.mark.parametrize("channel", ["slack", "pagerduty"])
 @pytest.mark.parametrize("status", [200, 201, 202, 204])
-def test_any_2xx_is_sent(status: int) -> None:
-    assert answer(status, "ok") == Outcome("sent")
+def test_any_2xx_is_sent(status: int, channel: ChannelType) -> None:
+    assert answer(status, "ok", channel=channel) == Outcome("sent")
 
 
 @pytest.mark.parametrize(
@@ -65,6 +75,31 @@ def test_429_and_5xx_are_tried_again_after_a_backoff(status: int, body: str) -> 
     assert outcome.retry_in == backoff(3, 0.0) == 4.0
     assert outcome.error is not None
     assert outcome.error.startswith(f"HTTP {status}")
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [(500, "rollup_error"), (502, "Bad Gateway"), (503, ""), (504, "upstream timed out")],
+)
+def test_a_slack_5xx_is_unconfirmed_since_a_proxy_may_answer_it_after_slack_posted(
+    status: int, body: str
+) -> None:
+    outcome = answer(status, body, channel="slack", attempts=1)
+    assert outcome.state == "unconfirmed"
+    assert outcome.retry_in == 0.0
+    assert outcome.error is not None
+    assert outcome.error.startswith(f"HTTP {status}")
+    assert outcome.error.endswith("is not sent again (Slack has no idempotency key)")
+
+
+def test_a_slack_429_was_not_processed_and_is_tried_again_after_retry_after() -> None:
+    outcome = answer(429, "rate_limited", "7", channel="slack", jitter=0.0)
+    assert (outcome.state, outcome.retry_in) == ("pending", 7.0)
+
+
+@pytest.mark.parametrize("status", [400, 403, 404, 410, 301])
+def test_other_slack_answers_fail_for_good(status: int) -> None:
+    assert answer(status, "x", channel="slack").state == "failed"
 
 
 def test_retry_after_is_honoured_as_a_floor() -> None:
@@ -126,6 +161,16 @@ def test_an_unreadable_secret_waits_at_least_its_own_delay_and_counts_no_attempt
     assert outcome.state == "pending"
     assert outcome.retry_in == SECRET_RETRY
     assert after_secret_unreadable(attempts=0, age=MAX_AGE, jitter=0.0).state == "failed"
+
+
+def test_a_fault_of_ours_before_any_request_waits_and_counts_no_attempt() -> None:
+    outcome = after_fault(
+        "the delivery could not be prepared (KeyError)", attempts=2, age=0.0, jitter=0.0
+    )
+    assert outcome == Outcome(
+        "pending", "the delivery could not be prepared (KeyError)", SECRET_RETRY
+    )
+    assert after_fault("x", attempts=0, age=MAX_AGE, jitter=0.0).state == "failed"
 
 
 @pytest.mark.parametrize(

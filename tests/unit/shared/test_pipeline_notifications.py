@@ -29,7 +29,7 @@ def test_channels_are_recorded_with_their_defaults_and_never_a_value() -> None:
         body(
             [
                 {"name": "ops-slack", "type": "slack", "secret": "slack-hook"},
-                {"name": "pager", "type": "pagerduty", "secret": "pd", "on": "always"},
+                {"name": "pager", "type": "pagerduty", "secret": "pd"},
                 {
                     "name": "wins",
                     "type": "slack",
@@ -53,7 +53,7 @@ def test_channels_are_recorded_with_their_defaults_and_never_a_value() -> None:
             "type": "pagerduty",
             "secret": "pd",
             "key": "routing_key",
-            "on": "always",
+            "on": "failure",
             "severity": "error",
         },
         {"name": "wins", "type": "slack", "secret": "hook", "key": "webhook", "on": "success"},
@@ -108,3 +108,19 @@ def test_channel_names_are_unique_and_their_number_bounded() -> None:
     many = [{"name": f"c{i}", "type": "slack", "secret": "a"} for i in range(MAX_CHANNELS + 1)]
     assert refusal(many)[0]["field"] == "notifications"
     assert refusal({"name": "ops"})[0]["field"] == "notifications"
+
+
+@pytest.mark.parametrize("on", ["success", "always"])
+def test_a_pagerduty_channel_told_of_successes_is_refused_naming_its_on(on: str) -> None:
+    """An incident per successful run pages people for nothing."""
+    errors = refusal(
+        [
+            {"name": "ops", "type": "slack", "secret": "hook", "on": on},
+            {"name": "pager", "type": "pagerduty", "secret": "pd", "on": on},
+            {"name": "pager2", "type": "pagerduty", "secret": "pd"},
+        ]
+    )
+    assert [error["field"] for error in errors] == ["notifications[1].on"]
+    assert "failures only" in errors[0]["message"]
+    explicit = {"name": "pager", "type": "pagerduty", "secret": "pd", "on": "failure"}
+    assert parse_body(body([explicit])).notifications[0].on == "failure"
