@@ -14,6 +14,9 @@ reads (``Authorization``, ``X-Original-URL``, ``Host``) and answers with precomp
   Two ``Authorization`` headers are a malformed token (401).
 - A token seen before is decided synchronously (``Checker.check_now``); others (first sight,
   rate limits) run ``Checker.check`` in a task while later answers wait their turn.
+- A request must arrive whole within READ_TIMEOUT of its first byte (a slow drip, slowloris,
+  is answered 408 and closed: every byte would otherwise restart the idle timer). A request
+  that arrives in one read (nginx and Envoy write each in one) never arms the timer.
 - Idle connections close after IDLE_TIMEOUT; reading pauses while the write buffer is full or
   too many answers are pending; ``CheckServer.stop`` closes idle connections and lets pending
   answers finish.
@@ -38,6 +41,7 @@ log = get_logger(__name__)
 MAX_URL_BYTES: Final = 8 * 1024
 MAX_HEADER_BYTES: Final = 16 * 1024
 IDLE_TIMEOUT: Final = 75.0  # nginx's keepalive_timeout default
+READ_TIMEOUT: Final = 10.0  # from a request's first byte to its last (nginx: 60 s per read)
 MAX_PENDING: Final = 64  # answers queued on one connection before reading pauses
 LINGER: Final = 2.0  # seconds a closing connection still reads (and drops) what the client sent
 
@@ -49,6 +53,7 @@ _REASONS: Final = {
     401: b"Unauthorized",
     403: b"Forbidden",
     404: b"Not Found",
+    408: b"Request Timeout",
     414: b"URI Too Long",
     429: b"Too Many Requests",
     431: b"Request Header Fields Too Large",
@@ -128,6 +133,7 @@ class CheckProtocol(asyncio.Protocol):
         self._in_message = False
         self._last_active = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._read_timer: asyncio.TimerHandle | None = None  # a request split over reads
         # The request being parsed.
         self._url = b""
         self._head_bytes = 0
@@ -152,6 +158,7 @@ class CheckProtocol(asyncio.Protocol):
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
+        self._stop_read_timer()
         self._queue.clear()
         self._transport = None
         self._server.connection_gone()
@@ -188,6 +195,9 @@ class CheckProtocol(asyncio.Protocol):
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEADER_BYTES:
                 self._reject(431)
+                return
+        if self._in_message and self._read_timer is None and not self._closing:
+            self._read_timer = self._loop.call_later(READ_TIMEOUT, self._read_overdue)
 
     def eof_received(self) -> bool | None:
         if self._lingering:
@@ -230,6 +240,8 @@ class CheckProtocol(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self._in_message = False
+        if self._read_timer is not None:
+            self._stop_read_timer()
         if self._closing:
             return
         started = time.perf_counter()
@@ -334,12 +346,24 @@ class CheckProtocol(asyncio.Protocol):
             self._idle_timer.cancel()
         self._idle_timer = self._loop.call_later(LINGER, transport.close)
 
+    def _stop_read_timer(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+    def _read_overdue(self) -> None:
+        self._read_timer = None
+        if self._in_message:
+            log.info("inference_auth_request_read_timeout")
+            self._reject(408)
+
     def _reject(self, status: int) -> None:
         """A request that is not one (unparsable, too large): answer after those before it,
         then close; nothing more is read."""
         if self._closing:  # a request asked to close and data followed it: nothing to say
             return
         self._in_head = self._in_message = False
+        self._stop_read_timer()
         self._closing = True
         pending = _Pending(close=True)
         pending.answer = _FIXED[status, False]
