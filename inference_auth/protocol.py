@@ -108,11 +108,12 @@ class _Reject(Exception):
 class _Pending:
     """One answer in a connection's queue: its bytes once decided."""
 
-    __slots__ = ("answer", "close")
+    __slots__ = ("answer", "close", "linger")
 
-    def __init__(self, *, close: bool) -> None:
+    def __init__(self, *, close: bool, linger: bool = False) -> None:
         self.answer: bytes | None = None
         self.close = close
+        self.linger = linger  # a refused request: the client may still be sending it
 
 
 class CheckProtocol(asyncio.Protocol):
@@ -307,7 +308,7 @@ class CheckProtocol(asyncio.Protocol):
             return
         transport.write(answer)
         if not keep_alive:
-            self._finish()
+            self._finish(linger=False)
 
     def _flush(self) -> None:
         """Write the queue's decided head, in order; close after a closing answer."""
@@ -320,23 +321,26 @@ class CheckProtocol(asyncio.Protocol):
             assert pending.answer is not None
             transport.write(pending.answer)
             if pending.close:
-                self._finish()
+                self._finish(linger=pending.linger)
                 return
         if not queue and self._closing and not self._in_message:
             transport.close()
             return
         self._update_reading()
 
-    def _finish(self) -> None:
-        """After the last answer: shut our side, and read (dropping it) what the client still
-        sends for LINGER seconds. Closing with unread bytes would reset the connection, and a
-        reset can destroy the answer before the client reads it (a 431 after a large header)."""
+    def _finish(self, *, linger: bool) -> None:
+        """After the last answer. A whole request that asked to close: close now (the client
+        has sent all it may; this is nginx's `auth_request` on every check, so it costs one
+        close). A refused one (``linger``): shut our side, and read (dropping it) what the
+        client still sends for LINGER seconds. Closing with unread bytes would reset the
+        connection, and a reset can destroy the answer before the client reads it (a 431 after
+        a large header)."""
         transport = self._transport
         self._queue.clear()
         self._closing = True
         if transport is None or self._lingering:
             return
-        if not transport.can_write_eof():
+        if not linger or not transport.can_write_eof():
             transport.close()
             return
         self._lingering = True
@@ -365,7 +369,7 @@ class CheckProtocol(asyncio.Protocol):
         self._in_head = self._in_message = False
         self._stop_read_timer()
         self._closing = True
-        pending = _Pending(close=True)
+        pending = _Pending(close=True, linger=True)
         pending.answer = _FIXED[status, False]
         self._queue.append(pending)
         self._flush()
