@@ -63,6 +63,9 @@ class ExternalAuth:
     # `auth-keepalive` (with HTTP/2 off): idle connections kept to the auth service, checked
     # through Lua. 0, ingress-nginx's default: `auth_request`, a new connection per check.
     keepalive: int = 0
+    # With keepalive: ingress-nginx's Lua check (True), or plain nginx's `auth_request` over the
+    # kept-alive upstream (False; not a form ingress-nginx renders).
+    lua: bool = True
 
 
 def auth_location(location_path: str = "/", path_type: str = "Prefix") -> str:
@@ -133,7 +136,7 @@ def render_config(
     if os.geteuid() == 0:
         # Workers of a root master switch to `nobody`, who cannot write into a test's prefix.
         run_as = f"user {pwd.getpwuid(0).pw_name};\n"
-    lua = auth is not None and auth.keepalive > 0
+    lua = auth is not None and auth.keepalive > 0 and auth.lua
     modules = [f"load_module {MODULES_DIR / module};" for module in LUA_MODULES] if lua else []
     lines = [
         *modules,
@@ -229,7 +232,7 @@ def _server(
             "            proxy_pass $target;",
             "        }",
         ]
-    if auth is not None and auth.keepalive:
+    if auth is not None and auth.keepalive and auth.lua:
         # `auth_request` ignores upstream keepalive: ingress-nginx checks through Lua.
         protect = [
             "            # this location requires authentication",
@@ -325,7 +328,7 @@ class Nginx:
                 workers=self.workers,
             )
         )
-        if self.auth is not None and self.auth.keepalive:
+        if self.auth is not None and self.auth.keepalive and self.auth.lua:
             if not lua_available():
                 raise RuntimeError(
                     "auth-keepalive needs nginx's Lua module (libnginx-mod-http-lua)"
