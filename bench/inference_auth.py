@@ -27,7 +27,8 @@ check, never reached); 1 % of requests carry a well-formed token with a fresh un
   nginx (default form) until it is refused (401); the slowest of several. Goal < 1000.
 - `cpu_us_<part>_<form>`: CPU time per request of nginx's worker, the check's process and the
   model's, summed over the rounds: where each form's cost goes (the check's new connection
-  per request in the default form costs in nginx as much as in the check).
+  per request in the default form costs in nginx as much as in the check);
+  `cpu_us_<part>_kernel_<form>` the part of it spent in the kernel.
 - `handler_ratio`: inference_auth's own requests/s (wrk straight at it, the same mixed traffic,
   keep-alive) divided by an empty aiohttp handler's on the same machine. Goal ≥ 0.8.
 
@@ -249,10 +250,15 @@ async def deployments(store: TokenStore) -> list[tuple[str, str]]:
     return [pair for group in zip(*by_deployment, strict=True) for pair in group]
 
 
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time a process has used so far."""
+def cpu_seconds(pid: int, *, system_only: bool = False) -> float:
+    """CPU time a process has used so far: user and system, or system (the kernel's) alone."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[12]) if system_only else int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def system_seconds(pid: int) -> float:
+    return cpu_seconds(pid, system_only=True)
 
 
 def nginx_workers(nginx: Nginx) -> list[int]:
@@ -272,11 +278,16 @@ class CpuUse:
     async def measure(
         self, form: str, parts: dict[str, list[int]], run: Awaitable[WrkResult]
     ) -> WrkResult:
-        before = {part: sum(map(cpu_seconds, pids)) for part, pids in parts.items()}
+        parts = {**parts, **{f"{part}_kernel": pids for part, pids in parts.items()}}
+
+        def used(part: str, pids: list[int]) -> float:
+            return sum(map(system_seconds if part.endswith("_kernel") else cpu_seconds, pids))
+
+        before = {part: used(part, pids) for part, pids in parts.items()}
         result = await run
         for part, pids in parts.items():
-            used = sum(map(cpu_seconds, pids)) - before[part]
-            self.seconds[form, part] = self.seconds.get((form, part), 0.0) + used
+            spent = used(part, pids) - before[part]
+            self.seconds[form, part] = self.seconds.get((form, part), 0.0) + spent
         self.requests[form] = self.requests.get(form, 0) + result.requests
         return result
 
