@@ -22,13 +22,12 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from inference_auth.app import AUTH_PATH, decide, url_host
+from inference_auth.app import NoRoute, decide, route
 from inference_auth.check import Checker
 from inference_auth.runner import inference_auth_parts
 from shared.config import Settings
 from shared.tasks import Supervisor
 
-_PREFIX = AUTH_PATH + "/"
 _EXTRA: dict[int, list[tuple[str, str]]] = {
     401: [("www-authenticate", "Bearer")],
     429: [("retry-after", "1")],
@@ -40,14 +39,14 @@ class CheckApp:
         self._checker = checker
 
     async def __rsgi__(self, scope: Any, proto: Any) -> None:
-        path = scope.path
         headers = scope.headers
         authorization = headers.get("authorization")
-        if path == AUTH_PATH:
-            host = url_host(headers.get("x-original-url"))
-        elif path.startswith(_PREFIX):
-            host = scope.authority or headers.get("host")
-        else:
+        host = route(
+            scope.path,
+            original_url=headers.get("x-original-url"),
+            host=scope.authority or headers.get("host"),
+        )
+        if isinstance(host, NoRoute):
             proto.response_empty(404, [])
             return
         checker = self._checker

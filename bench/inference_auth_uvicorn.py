@@ -20,7 +20,7 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from inference_auth.app import AUTH_PATH, decide, url_host
+from inference_auth.app import NoRoute, decide, route
 from inference_auth.check import UNAUTHORIZED, Checker
 from inference_auth.runner import inference_auth_parts
 from shared.config import Settings
@@ -28,7 +28,6 @@ from shared.tasks import Supervisor
 
 Scope = MutableMapping[str, Any]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-_PREFIX = AUTH_PATH + "/"
 _EXTRA: dict[int, list[tuple[bytes, bytes]]] = {
     401: [(b"www-authenticate", b"Bearer")],
     429: [(b"retry-after", b"1")],
@@ -40,7 +39,6 @@ def asgi(checker: Checker) -> Callable[[Scope, Any, Send], Awaitable[None]]:
     async def app(scope: Scope, receive: Any, send: Send) -> None:
         if scope["type"] != "http":
             return
-        path = scope["path"]
         authorization: str | None = None
         original: str | None = None
         host: str | None = None
@@ -53,9 +51,8 @@ def asgi(checker: Checker) -> Callable[[Scope, Any, Send], Awaitable[None]]:
                 original = value.decode("latin-1")
             elif name == b"host":
                 host = value.decode("latin-1")
-        if path == AUTH_PATH:
-            host = url_host(original)
-        elif not path.startswith(_PREFIX):
+        host = route(scope["path"], original_url=original, host=host)
+        if isinstance(host, NoRoute):
             await send({"type": "http.response.start", "status": 404, "headers": []})
             await send(_BODY)
             return

@@ -26,6 +26,27 @@ from shared.logging import get_logger
 log = get_logger(__name__)
 
 AUTH_PATH: Final = "/internal/v1/inference-auth"
+_ENVOY_PREFIX: Final = AUTH_PATH + "/"
+
+
+class NoRoute:
+    """``route``'s answer for a path that is no check (404)."""
+
+
+NO_ROUTE: Final = NoRoute()
+
+
+def route(target: str, *, original_url: str | None, host: str | None) -> str | NoRoute | None:
+    """The original host a check at request target ``target`` is decided against (None when
+    the request names none), or NO_ROUTE. The path alone is compared (a query is ignored).
+    Every server of the check (protocol.py) routes through here."""
+    query = target.find("?")
+    path = target if query < 0 else target[:query]
+    if path == AUTH_PATH:
+        return url_host(original_url)
+    if path.startswith(_ENVOY_PREFIX):
+        return host
+    return NO_ROUTE
 
 
 def url_host(url: str | None) -> str | None:

@@ -6,9 +6,8 @@ reads (``Authorization``, ``X-Original-URL``, ``Host``) and answers with precomp
 
 - Keep-alive (HTTP/1.1 unless ``Connection: close``; HTTP/1.0 only when it asks), pipelined
   requests answered in order (a per-connection queue), any method, bodies drained unread.
-- Routes (app.py): ``/internal/v1/inference-auth`` exactly (nginx ``auth_request``; a query
-  string is ignored, the path alone is compared), the prefix ``/internal/v1/inference-auth/``
-  (Envoy ext_authz), anything else 404.
+- Routes: ``app.route`` (``/internal/v1/inference-auth`` exactly for nginx ``auth_request``,
+  the prefix ``/internal/v1/inference-auth/`` for Envoy ext_authz, anything else 404).
 - Not auth decisions, and never a 5xx: an unparsable request is a 400, a target over
   MAX_URL_BYTES a 414, a header section over MAX_HEADER_BYTES a 431, each then closed.
   Two ``Authorization`` headers are a malformed token (401).
@@ -31,7 +30,7 @@ from typing import Final, cast
 
 import httptools
 
-from inference_auth.app import AUTH_PATH, decide, url_host
+from inference_auth.app import NoRoute, decide, route
 from inference_auth.check import UNAUTHORIZED, Checker, Decision
 from inference_auth.metrics import STATS
 from shared.logging import get_logger
@@ -45,8 +44,6 @@ READ_TIMEOUT: Final = 10.0  # from a request's first byte to its last (nginx: 60
 MAX_PENDING: Final = 64  # answers queued on one connection before reading pauses
 LINGER: Final = 2.0  # seconds a closing connection still reads (and drops) what the client sent
 
-_ENVOY_PREFIX: Final = AUTH_PATH.encode() + b"/"
-_AUTH_PATH: Final = AUTH_PATH.encode()
 _REASONS: Final = {
     200: b"OK",
     400: b"Bad Request",
@@ -247,17 +244,13 @@ class CheckProtocol(asyncio.Protocol):
             return
         started = time.perf_counter()
         keep_alive = self._parser.should_keep_alive() and not self._server.stopping
-        path = self._url
-        query = path.find(b"?")
-        if query >= 0:
-            path = path[:query]
-        if path == _AUTH_PATH:
-            raw_host = self._original_url
-            host = None if raw_host is None else url_host(raw_host.decode("latin-1"))
-        elif path.startswith(_ENVOY_PREFIX):
-            raw_host = self._host
-            host = None if raw_host is None else raw_host.decode("latin-1")
-        else:
+        original_url, raw_host = self._original_url, self._host
+        host = route(
+            self._url.decode("latin-1"),
+            original_url=None if original_url is None else original_url.decode("latin-1"),
+            host=None if raw_host is None else raw_host.decode("latin-1"),
+        )
+        if isinstance(host, NoRoute):
             self._respond(_FIXED[404, keep_alive], keep_alive=keep_alive)
             return
         authorization: str | None = None
