@@ -56,7 +56,15 @@ async def test_a_stop_closes_idle_connections_at_once() -> None:
 
 
 @pytest.mark.looptime
-async def test_a_request_whose_headers_drip_in_a_byte_at_a_time_is_cut_off() -> None:
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /internal/v1/inference-auth HTTP/1.1\r\n",  # a header section that never ends
+        b"POST /internal/v1/inference-auth/x HTTP/1.1\r\nHost: h\r\nContent-Length: 999\r\n\r\n",
+    ],
+    ids=["headers", "body"],
+)
+async def test_a_request_dripping_in_a_byte_at_a_time_is_cut_off(head: bytes) -> None:
     """Slowloris: every byte resets an idle timer, so only a bound on the whole request's
     reading closes it. The connection must be closed by the server well within a minute
     (looptime: the minute is fake, nothing waits for it)."""
@@ -64,9 +72,9 @@ async def test_a_request_whose_headers_drip_in_a_byte_at_a_time_is_cut_off() -> 
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
 
     async def drip() -> None:
-        writer.write(b"GET /internal/v1/inference-auth HTTP/1.1\r\n")
+        writer.write(head)
         with contextlib.suppress(ConnectionError):
-            while True:  # a header that never ends, one byte a second
+            while True:  # one byte a second
                 await asyncio.sleep(1.0)
                 writer.write(b"X")
                 await writer.drain()
