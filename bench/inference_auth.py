@@ -17,8 +17,8 @@ check, never reached); 1 % of requests carry a well-formed token with a fresh un
   `auth_request` over kept-alive connections (the form this bench measured before; not one
   ingress-nginx renders), for reference. Also the latency each adds at p50 and p99.
 - `*_uvicorn`, `*_granian`: the same forms with the check served by a maintained server instead
-  of protocol.py, uvicorn (httptools on uvloop, bench/inference_auth_uvicorn.py) and granian's
-  RSGI (Rust, bench/inference_auth_granian.py); `<server>_vs_own_default` divides its chain's
+  of protocol.py, uvicorn (httptools on uvloop, bench/_inference_auth_uvicorn.py) and granian's
+  RSGI (Rust, bench/_inference_auth_granian.py); `<server>_vs_own_default` divides its chain's
   requests/s by protocol.py's. Each is skipped (and said so) when not installed in `.run/extra`
   (`pip install --target .run/extra uvicorn granian`: the project does not depend on them).
 - `model_rps`: the model stand-in's own capacity (wrk straight at it), to show it is not what
@@ -389,7 +389,7 @@ async def bench(*, quick: bool) -> None:
                         [str(EXTRA), *filter(None, [os.environ.get("PYTHONPATH")])]
                     ),
                 }
-                command = [python, str(Path(__file__).with_name(f"inference_auth_{name}.py"))]
+                command = [python, str(Path(__file__).with_name(f"_inference_auth_{name}.py"))]
                 processes.append(start(command, env=candidate_env, log=state / f"{name}.log"))
                 await wait_ok(f"http://127.0.0.1:{port}/", process=processes[-1], what=name)
             for made in nginxes:

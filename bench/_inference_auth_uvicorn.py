@@ -6,7 +6,7 @@ listener and Redis probe) and the same decision (`Checker.check_now`, else `app.
 routes as protocol.py. Needs uvicorn, which the project does not depend on: the bench puts it
 on PYTHONPATH from `.run/extra` (`pip install --target .run/extra uvicorn`).
 
-    python bench/inference_auth_uvicorn.py   # reads the deployable's settings (HTTP_PORT...)
+    python bench/_inference_auth_uvicorn.py   # reads the deployable's settings (HTTP_PORT...)
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Needs granian, which the project does not depend on: the bench puts it on PYTHON
 `.run/extra` (`pip install --target .run/extra granian`). A second `Authorization` header is
 not looked for here (RSGI's headers give the first), unlike protocol.py.
 
-    python bench/inference_auth_granian.py   # reads the deployable's settings (HTTP_PORT...)
+    python bench/_inference_auth_granian.py   # reads the deployable's settings (HTTP_PORT...)
 """
 
 from __future__ import annotations
