@@ -22,13 +22,17 @@ check, never reached); 1 % of requests carry a well-formed token with a fresh un
   requests/s by protocol.py's. Each is skipped (and said so) when not installed in `.run/extra`
   (`pip install --target .run/extra uvicorn granian`: the project does not depend on them).
 - `model_rps`: the model stand-in's own capacity (wrk straight at it), to show it is not what
-  limits `plain_rps`.
+  limits `plain_rps`: a precomputed answer from a bare protocol (bench/_model_stand_in.py),
+  since the aiohttp stand-in's ~60 µs a request capped the baseline near one core.
 - `revocation_ms`: under load, a token is revoked through the token store and polled through
   nginx (default form) until it is refused (401); the slowest of several. Goal < 1000.
 - `cpu_us_<part>_<form>`: CPU time per request of nginx's worker, the check's process and the
   model's, summed over the rounds: where each form's cost goes (the check's new connection
   per request in the default form costs in nginx as much as in the check);
-  `cpu_us_<part>_kernel_<form>` the part of it spent in the kernel.
+  `cpu_us_<part>_kernel_<form>` the part of it spent in the kernel; `added_cpu_us_<form>` what
+  the check adds to the whole chain per request (nginx, the check and the model, against the
+  chain without it): the figure to size an installation by, and to set against a real model's
+  own CPU per prediction (the ratio here sets it against a model that costs next to nothing).
 - `handler_ratio`: inference_auth's own requests/s (wrk straight at it, the same mixed traffic,
   keep-alive) divided by an empty aiohttp handler's on the same machine. Goal ≥ 0.8.
 
@@ -291,11 +295,27 @@ class CpuUse:
         self.requests[form] = self.requests.get(form, 0) + result.requests
         return result
 
+    def per_request_us(self, form: str) -> float:
+        """The whole chain's CPU time per request (kernel shares are already in the parts)."""
+        total = sum(
+            seconds
+            for (measured, part), seconds in self.seconds.items()
+            if measured == form and not part.endswith("_kernel")
+        )
+        return total / self.requests[form] * 1e6
+
     def lines(self) -> list[str]:
-        return [
+        lines = [
             f"cpu_us_{part}_{form}: {seconds / self.requests[form] * 1e6:.0f}"
             for (form, part), seconds in self.seconds.items()
         ]
+        plain = self.per_request_us("plain")
+        lines += [
+            f"added_cpu_us_{form}: {self.per_request_us(form) - plain:.0f}"
+            for form in self.requests
+            if form != "plain"
+        ]
+        return lines
 
 
 def best(results: list[WrkResult]) -> WrkResult:
@@ -371,7 +391,12 @@ async def bench(*, quick: bool) -> None:
             processes.append(
                 start([python, "-m", "inference_auth"], env=env, log=state / "auth.log")
             )
-            model_command = [python, "-m", "sim.ingress", "model", "--port", str(model_port)]
+            model_command = [
+                python,
+                str(Path(__file__).with_name("_model_stand_in.py")),
+                "--port",
+                str(model_port),
+            ]
             processes.append(start(model_command, env=dict(os.environ), log=state / "model.log"))
             empty_command = [python, "-m", "sim.ingress", "empty", "--port", str(empty_port)]
             processes.append(start(empty_command, env=dict(os.environ), log=state / "empty.log"))
