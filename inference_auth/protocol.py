@@ -14,6 +14,9 @@ reads (``Authorization``, ``X-Original-URL``, ``Host``) and answers with precomp
   Two ``Authorization`` headers are a malformed token (401).
 - A token seen before is decided synchronously (``Checker.check_now``); others (first sight,
   rate limits) run ``Checker.check`` in a task while later answers wait their turn.
+- A request must arrive whole within READ_TIMEOUT of its first byte (a slow drip, slowloris,
+  is answered 408 and closed: every byte would otherwise restart the idle timer). A request
+  that arrives in one read (nginx and Envoy write each in one) never arms the timer.
 - Idle connections close after IDLE_TIMEOUT; reading pauses while the write buffer is full or
   too many answers are pending; ``CheckServer.stop`` closes idle connections and lets pending
   answers finish.
@@ -39,6 +42,7 @@ log = get_logger(__name__)
 MAX_URL_BYTES: Final = 8 * 1024
 MAX_HEADER_BYTES: Final = 16 * 1024
 IDLE_TIMEOUT: Final = 75.0  # nginx's keepalive_timeout default
+READ_TIMEOUT: Final = 10.0  # from a request's first byte to its last (nginx: 60 s per read)
 MAX_PENDING: Final = 64  # answers queued on one connection before reading pauses
 LINGER: Final = 2.0  # seconds a closing connection still reads (and drops) what the client sent
 
@@ -48,6 +52,7 @@ _REASONS: Final = {
     401: b"Unauthorized",
     403: b"Forbidden",
     404: b"Not Found",
+    408: b"Request Timeout",
     414: b"URI Too Long",
     429: b"Too Many Requests",
     431: b"Request Header Fields Too Large",
@@ -112,11 +117,12 @@ class _Reject(Exception):
 class _Pending:
     """One answer in a connection's queue: its bytes once decided."""
 
-    __slots__ = ("answer", "close")
+    __slots__ = ("answer", "close", "linger")
 
-    def __init__(self, *, close: bool) -> None:
+    def __init__(self, *, close: bool, linger: bool = False) -> None:
         self.answer: bytes | None = None
         self.close = close
+        self.linger = linger  # a refused request: the client may still be sending it
 
 
 class CheckProtocol(asyncio.Protocol):
@@ -137,6 +143,7 @@ class CheckProtocol(asyncio.Protocol):
         self._in_message = False
         self._last_active = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._read_timer: asyncio.TimerHandle | None = None  # a request split over reads
         # The request being parsed.
         self._url = b""
         self._head_bytes = 0
@@ -161,6 +168,7 @@ class CheckProtocol(asyncio.Protocol):
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
+        self._stop_read_timer()
         self._queue.clear()
         self._transport = None
         self._server.connection_gone()
@@ -197,6 +205,9 @@ class CheckProtocol(asyncio.Protocol):
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEADER_BYTES:
                 self._reject(431)
+                return
+        if self._in_message and self._read_timer is None and not self._closing:
+            self._read_timer = self._loop.call_later(READ_TIMEOUT, self._read_overdue)
 
     def eof_received(self) -> bool | None:
         if self._lingering:
@@ -239,6 +250,8 @@ class CheckProtocol(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self._in_message = False
+        if self._read_timer is not None:
+            self._stop_read_timer()
         if self._closing:
             return
         started = time.perf_counter()
@@ -308,7 +321,7 @@ class CheckProtocol(asyncio.Protocol):
             return
         transport.write(answer)
         if not keep_alive:
-            self._finish()
+            self._finish(linger=False)
 
     def _flush(self) -> None:
         """Write the queue's decided head, in order; close after a closing answer."""
@@ -321,23 +334,26 @@ class CheckProtocol(asyncio.Protocol):
             assert pending.answer is not None
             transport.write(pending.answer)
             if pending.close:
-                self._finish()
+                self._finish(linger=pending.linger)
                 return
         if not queue and self._closing and not self._in_message:
             transport.close()
             return
         self._update_reading()
 
-    def _finish(self) -> None:
-        """After the last answer: shut our side, and read (dropping it) what the client still
-        sends for LINGER seconds. Closing with unread bytes would reset the connection, and a
-        reset can destroy the answer before the client reads it (a 431 after a large header)."""
+    def _finish(self, *, linger: bool) -> None:
+        """After the last answer. A whole request that asked to close: close now (the client
+        has sent all it may; this is nginx's `auth_request` on every check, so it costs one
+        close). A refused one (``linger``): shut our side, and read (dropping it) what the
+        client still sends for LINGER seconds. Closing with unread bytes would reset the
+        connection, and a reset can destroy the answer before the client reads it (a 431 after
+        a large header)."""
         transport = self._transport
         self._queue.clear()
         self._closing = True
         if transport is None or self._lingering:
             return
-        if not transport.can_write_eof():
+        if not linger or not transport.can_write_eof():
             transport.close()
             return
         self._lingering = True
@@ -347,14 +363,26 @@ class CheckProtocol(asyncio.Protocol):
             self._idle_timer.cancel()
         self._idle_timer = self._loop.call_later(LINGER, transport.close)
 
+    def _stop_read_timer(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+    def _read_overdue(self) -> None:
+        self._read_timer = None
+        if self._in_message:
+            log.info("inference_auth_request_read_timeout")
+            self._reject(408)
+
     def _reject(self, status: int) -> None:
         """A request that is not one (unparsable, too large): answer after those before it,
         then close; nothing more is read."""
         if self._closing:  # a request asked to close and data followed it: nothing to say
             return
         self._in_head = self._in_message = False
+        self._stop_read_timer()
         self._closing = True
-        pending = _Pending(close=True)
+        pending = _Pending(close=True, linger=True)
         pending.answer = _FIXED[status, False]
         self._queue.append(pending)
         self._flush()

@@ -41,8 +41,10 @@ if ! redis_up; then
   for _ in $(seq 1 30); do redis_up && break; sleep 0.2; done
   redis_up || { echo "Redis did not start" >&2; exit 1; }
 fi
-if ! command -v nginx >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1; then
-  echo "installing nginx and wrk (Debian packages)" >&2
+# The Lua module: bench/inference_auth.py measures ingress-nginx's `auth-keepalive` form with it.
+if ! command -v nginx >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1 \
+  || [ ! -e /usr/lib/nginx/modules/ngx_http_lua_module.so ]; then
+  echo "installing nginx, its Lua module and wrk (Debian packages)" >&2
   as_root apt-get update -qq
   # policy-rc.d 101 keeps the package from starting the system nginx service: every test,
   # bench and demo runs its own nginx with its own prefix on a free port.
@@ -53,7 +55,7 @@ if ! command -v nginx >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1; then
     as_root chmod +x "$policy"
     made_policy=1
   fi
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light wrk >/dev/null
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light libnginx-mod-http-lua wrk >/dev/null
   if [ "$made_policy" = 1 ]; then as_root rm -f "$policy"; fi
 fi
 if ! command -v git >/dev/null 2>&1 || [ ! -x /usr/lib/git-core/git-http-backend ]; then

@@ -9,12 +9,20 @@ and `buildAuthLocation` / `buildAuthResponseHeaders` in its template.go) renders
 Ingress, minus its Lua balancer: an internal `location = /_external-auth-<path>-<type>`
 that proxies a bodiless copy of the request to the auth URL as written (its path names the
 deployment) with `X-Original-URL`, `X-Original-Method`, the auth service's own `Host` and every
-client header (so `Authorization` arrives), and `auth_request` in the protected location, which
-passes 401 and 403 to the client, then copies each listed response header onto the proxied
-request (`proxy_set_header '<name>' $authHeader<n>`: an `Authorization` the answer lacks is
-set to "", so nginx sends the model none). `Nginx` runs the Debian package's binary
-unprivileged with a prefix of its own (`-p`), in the foreground, on 127.0.0.1; the system
-nginx service is never used.
+client header (so `Authorization` arrives), and in the protected location, which passes 401 and
+403 to the client, then copies each listed response header onto the proxied request
+(`proxy_set_header '<name>' $authHeader<n>`: an `Authorization` the answer lacks is set to "",
+so nginx sends the model none), one of its two forms:
+
+- the default (no `auth-keepalive`, or HTTP/2 on, ingress-nginx's default): `auth_request`,
+  the check proxied with HTTP/1.1 and `Connection: close`, a new connection per check;
+- `auth-keepalive` with `use-http2: "false"`: an upstream block with `keepalive`, and the
+  check made by `access_by_lua_file` (ingress-nginx's `ngx_conf_external_auth.lua`, a
+  `ngx.location.capture` subrequest), since `auth_request` ignores upstream keepalive (nginx
+  ticket 1579). Needs the Lua module (Debian `libnginx-mod-http-lua`).
+
+`Nginx` runs the Debian package's binary unprivileged with a prefix of its own (`-p`), in the
+foreground, on 127.0.0.1; the system nginx service is never used.
 `model_backend` is a stand-in model server (KServe's v1 protocol: `POST /v1/models/<m>:predict`).
 """
 
@@ -118,15 +126,61 @@ class ExternalAuth:
     servers: tuple[str, ...]
     path: str = AUTH_PATH
     response_headers: tuple[str, ...] = ()
-    # `auth-keepalive`: idle connections kept to the auth service (ingress-nginx renders an
-    # upstream block for it; without, every auth subrequest opens a connection).
-    keepalive: int = 64
+    # `auth-keepalive` (with HTTP/2 off): idle connections kept to the auth service, checked
+    # through Lua. 0, ingress-nginx's default: `auth_request`, a new connection per check.
+    keepalive: int = 0
+    # With keepalive: ingress-nginx's Lua check (True), or plain nginx's `auth_request` over the
+    # kept-alive upstream (False; not a form ingress-nginx renders).
+    lua: bool = True
 
 
 def auth_location(location_path: str = "/", path_type: str = "Prefix") -> str:
     """ingress-nginx's `buildAuthLocation`: the internal location's name for one Ingress path."""
     encoded = base64.urlsafe_b64encode(location_path.encode()).decode().replace("=", "")
     return f"/_external-auth-{encoded}-{path_type}"
+
+
+LUA_MODULES = ("ndk_http_module.so", "ngx_http_lua_module.so")
+MODULES_DIR = Path("/usr/lib/nginx/modules")
+# ingress-nginx's rootfs/etc/nginx/lua/nginx/ngx_conf_external_auth.lua, the check of the
+# `auth-keepalive` form: a subrequest to the internal location, its response headers copied
+# into $authHeader<n> (numbered from 1 here, as the script's `ipairs` does).
+EXTERNAL_AUTH_LUA = """local auth_path = ngx.var.auth_path
+local auth_keepalive_share_vars = ngx.var.auth_keepalive_share_vars == "true" and true or false
+local auth_response_headers = ngx.var.auth_response_headers
+local ngx_re_split = require("ngx.re").split
+local ipairs = ipairs
+local ngx_log = ngx.log
+local ngx_ERR = ngx.ERR
+
+local res = ngx.location.capture(auth_path, {
+    method = ngx.HTTP_GET, body = '',
+    share_all_vars = auth_keepalive_share_vars })
+
+if res.status == ngx.HTTP_OK then
+    local header_parts, err = ngx_re_split(auth_response_headers, ",")
+    if err then
+       ngx_log(ngx_ERR, err)
+       return
+    end
+    ngx.var.auth_cookie = res.header['Set-Cookie']
+    for i, header_name in ipairs(header_parts) do
+        local varname = "authHeader" .. tostring(i)
+        ngx.var[varname] = res.header[header_name]
+    end
+    return
+end
+
+if res.status == ngx.HTTP_UNAUTHORIZED or res.status == ngx.HTTP_FORBIDDEN then
+    ngx.exit(res.status)
+end
+ngx.exit(ngx.HTTP_INTERNAL_SERVER_ERROR)
+"""
+
+
+def lua_available() -> bool:
+    """Whether this nginx can load the Lua module the `auth-keepalive` form needs."""
+    return all((MODULES_DIR / module).exists() for module in LUA_MODULES)
 
 
 def _header_variable(header: str) -> str:
@@ -148,7 +202,10 @@ def render_config(
     if os.geteuid() == 0:
         # Workers of a root master switch to `nobody`, who cannot write into a test's prefix.
         run_as = f"user {pwd.getpwuid(0).pw_name};\n"
+    lua = auth is not None and auth.keepalive > 0 and auth.lua
+    modules = [f"load_module {MODULES_DIR / module};" for module in LUA_MODULES] if lua else []
     lines = [
+        *modules,
         f"{run_as}daemon off;",
         f"worker_processes {workers};",
         f"pid {prefix}/nginx.pid;",
@@ -173,19 +230,34 @@ def render_config(
     if auth is not None:
         lines.append("    upstream inference_auth {")
         lines += [f"        server {server};" for server in auth.servers]
-        lines += [f"        keepalive {auth.keepalive};", "    }"]
+        if auth.keepalive:
+            lines += [
+                f"        keepalive {auth.keepalive};",
+                "        keepalive_requests 1000;",  # auth-keepalive-requests' default
+                "        keepalive_timeout 60s;",  # auth-keepalive-timeout's default
+            ]
+        lines.append("    }")
     for index, site in enumerate(sites):
         lines += [f"    upstream model_{index} {{", f"        server {site.backend};"]
         lines += ["        keepalive 64;", "    }"]
     for index, site in enumerate(sites):
-        lines += _server(port=port, site=site, upstream=f"model_{index}", auth=auth)
+        lines += _server(
+            port=port, site=site, upstream=f"model_{index}", auth=auth, lua_file=prefix / LUA_FILE
+        )
         if plain_port is not None:
-            lines += _server(port=plain_port, site=site, upstream=f"model_{index}", auth=None)
+            lines += _server(
+                port=plain_port, site=site, upstream=f"model_{index}", auth=None, lua_file=None
+            )
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-def _server(*, port: int, site: Site, upstream: str, auth: ExternalAuth | None) -> list[str]:
+LUA_FILE = "external_auth.lua"
+
+
+def _server(
+    *, port: int, site: Site, upstream: str, auth: ExternalAuth | None, lua_file: Path | None
+) -> list[str]:
     lines = [
         "    server {",
         f"        listen 127.0.0.1:{port};",
@@ -222,15 +294,39 @@ def _server(*, port: int, site: Site, upstream: str, auth: ExternalAuth | None) 
             "            proxy_buffer_size 4k;",
             "            proxy_buffers 4 4k;",
             "            proxy_request_buffering on;",
-            "            proxy_http_version 1.1;",
-            # auth-keepalive: an empty Connection header keeps the upstream connection open.
-            '            proxy_set_header Connection "";',
             "            proxy_ssl_server_name on;",
             "            proxy_pass_request_headers on;",
+            "            proxy_http_version 1.1;",
+        ]
+        if auth.keepalive:
+            # auth-keepalive: an empty Connection header keeps the upstream connection open
+            # (without, nginx's proxy sends `Connection: close`).
+            lines.append('            proxy_set_header Connection "";')
+        lines += [
             f"            set $target http://inference_auth{auth_path};",
             "            proxy_pass $target;",
             "        }",
         ]
+    if auth is not None and auth.keepalive and auth.lua:
+        # `auth_request` ignores upstream keepalive: ingress-nginx checks through Lua.
+        protect = [
+            "            # this location requires authentication",
+            "            set $auth_cookie '';",
+            "            add_header Set-Cookie $auth_cookie;",
+        ]
+        for number, header in enumerate(auth.response_headers):
+            protect += [
+                f"            set $authHeader{number} '';",
+                f"            proxy_set_header '{header}' $authHeader{number};",
+            ]
+        protect += [
+            f"            set $auth_path '{auth_location()}';",
+            "            set $auth_keepalive_share_vars false;",
+            f"            set $auth_response_headers '{','.join(auth.response_headers)}';",
+            f"            access_by_lua_file {lua_file};",
+        ]
+    elif auth is not None:
+        internal = auth_location()
         protect = [
             "            # this location requires authentication",
             f"            auth_request {internal};",
@@ -307,6 +403,12 @@ class Nginx:
                 workers=self.workers,
             )
         )
+        if self.auth is not None and self.auth.keepalive and self.auth.lua:
+            if not lua_available():
+                raise RuntimeError(
+                    "auth-keepalive needs nginx's Lua module (libnginx-mod-http-lua)"
+                )
+            (self.prefix / LUA_FILE).write_text(EXTERNAL_AUTH_LUA)
         error_log = self.prefix / "error.log"
         return [binary, "-p", f"{self.prefix}/", "-c", str(conf), "-e", str(error_log)]
 

@@ -1,10 +1,12 @@
 """The check server's connection life cycle over real sockets, on fake loop time (looptime):
-idle connections are closed after IDLE_TIMEOUT, and a stop closes idle connections at once
-while an answer in flight still gets out."""
+idle connections are closed after IDLE_TIMEOUT, a request dripping in is cut off after
+READ_TIMEOUT, and a stop closes idle connections at once while an answer in flight still gets
+out."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -51,3 +53,42 @@ async def test_a_stop_closes_idle_connections_at_once() -> None:
     assert await reader.read() == b""
     assert asyncio.get_running_loop().time() - started < 5
     writer.close()
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /internal/v1/inference-auth HTTP/1.1\r\n",  # a header section that never ends
+        b"POST /internal/v1/inference-auth/x HTTP/1.1\r\nHost: h\r\nContent-Length: 999\r\n\r\n",
+    ],
+    ids=["headers", "body"],
+)
+async def test_a_request_dripping_in_a_byte_at_a_time_is_cut_off(head: bytes) -> None:
+    """Slowloris: every byte resets an idle timer, so only a bound on the whole request's
+    reading closes it. The connection must be closed by the server well within a minute
+    (looptime: the minute is fake, nothing waits for it)."""
+    server, port = await _server()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+    async def drip() -> None:
+        writer.write(head)
+        with contextlib.suppress(ConnectionError):
+            while True:  # one byte a second
+                await asyncio.sleep(1.0)
+                writer.write(b"X")
+                await writer.drain()
+
+    dripping = asyncio.create_task(drip())
+    try:
+        started = asyncio.get_running_loop().time()
+        received = b""
+        async with asyncio.timeout(60):
+            while chunk := await reader.read(1024):
+                received += chunk
+        assert received.startswith(b"HTTP/1.1 408 ")
+        assert asyncio.get_running_loop().time() - started < 60
+    finally:
+        dripping.cancel()
+        writer.close()
+        await server.stop(1.0)
