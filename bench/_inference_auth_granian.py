@@ -1,13 +1,13 @@
 """The check served by granian's RSGI (a Rust HTTP/1.1 server, hyper) instead of
-inference_auth/protocol.py: the second maintained-server candidate `bench/inference_auth.py`
+inference_auth/http_server.py: the second maintained-server candidate `bench/inference_auth.py`
 measures in the same run.
 
 A thin RSGI adapter over the same parts as the runner (`inference_auth_parts`, its token
-listener and Redis probe) and the same decision (`Checker.check_now`, else `app.decide`);
-routes as protocol.py, in granian's embedded server (one worker in this process's loop).
+listener and Redis probe) and the same decision (`Checker.check_now`, else `routes.decide`);
+routes as http_server.py, in granian's embedded server (one worker in this process's loop).
 Needs granian, which the project does not depend on: the bench puts it on PYTHONPATH from
 `.run/extra` (`pip install --target .run/extra granian`). A second `Authorization` header is
-not looked for here (RSGI's headers give the first), unlike protocol.py.
+not looked for here (RSGI's headers give the first), unlike http_server.py.
 
     python bench/_inference_auth_granian.py   # reads the deployable's settings (HTTP_PORT...)
 """
@@ -22,8 +22,8 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from inference_auth.app import check_route, decide
 from inference_auth.check import Checker
+from inference_auth.routes import check_route, decide
 from inference_auth.runner import inference_auth_parts
 from shared.config import Settings
 from shared.tasks import Supervisor

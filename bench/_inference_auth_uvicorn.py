@@ -1,9 +1,9 @@
-"""The check served by uvicorn (httptools on uvloop) instead of inference_auth/protocol.py: the
+"""The check served by uvicorn (httptools on uvloop) instead of inference_auth/http_server.py: the
 maintained-server candidate `bench/inference_auth.py` measures in the same run.
 
 A thin ASGI adapter over the same parts as the runner (`inference_auth_parts`, its token
-listener and Redis probe) and the same decision (`Checker.check_now`, else `app.decide`);
-routes as protocol.py. Needs uvicorn, which the project does not depend on: the bench puts it
+listener and Redis probe) and the same decision (`Checker.check_now`, else `routes.decide`);
+routes as http_server.py. Needs uvicorn, which the project does not depend on: the bench puts it
 on PYTHONPATH from `.run/extra` (`pip install --target .run/extra uvicorn`).
 
     python bench/_inference_auth_uvicorn.py   # reads the deployable's settings (HTTP_PORT...)
@@ -20,8 +20,8 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from inference_auth.app import check_route, decide
 from inference_auth.check import UNAUTHORIZED, Checker
+from inference_auth.routes import check_route, decide
 from inference_auth.runner import inference_auth_parts
 from shared.config import Settings
 from shared.tasks import Supervisor

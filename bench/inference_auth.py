@@ -17,9 +17,9 @@ check, never reached); 1 % of requests carry a well-formed token with a fresh un
   `auth_request` over kept-alive connections (the form this bench measured before; not one
   ingress-nginx renders), for reference. Also the latency each adds at p50 and p99.
 - `*_uvicorn`, `*_granian`: the same forms with the check served by a maintained server instead
-  of protocol.py, uvicorn (httptools on uvloop, bench/_inference_auth_uvicorn.py) and granian's
+  of http_server.py, uvicorn (httptools on uvloop, bench/_inference_auth_uvicorn.py) and granian's
   RSGI (Rust, bench/_inference_auth_granian.py); `<server>_vs_own_default` divides its chain's
-  requests/s by protocol.py's. Each is skipped (and said so) when not installed in `.run/extra`
+  requests/s by http_server.py's. Each is skipped (and said so) when not installed in `.run/extra`
   (`pip install --target .run/extra uvicorn granian`: the project does not depend on them).
 - `model_rps`: the model stand-in's own capacity (wrk straight at it), to show it is not what
   limits `plain_rps`: a precomputed answer from a bare protocol (bench/_model_stand_in.py),

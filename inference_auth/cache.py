@@ -1,7 +1,7 @@
 """What a replica knows about tokens, and how far it may trust it (docs/inference-auth.md).
 
 Three things, all kept current by the NOTIFYs of channel ``inference_tokens``
-(``inference_auth.listener``):
+(``inference_auth.token_listener``):
 
 - the set of live lookup ids, loaded whole each time the LISTEN is in place and grown by every
   notification about a token (an insert notifies too, migration 0013): while it is trusted, a

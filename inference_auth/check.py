@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from inference_auth.cache import Entry, TokenCache
-from inference_auth.guard import RedisGuard
 from inference_auth.metrics import NO_DEPLOYMENT, POSTGRESQL_UP, STATS
+from inference_auth.redis_guard import RedisGuard
 from shared.db.inference_tokens import TokenRecord
 from shared.errors import WorkflowManagerError
 from shared.inference_tokens import (

@@ -20,10 +20,10 @@ import asyncpg
 
 from inference_auth.cache import TokenCache
 from inference_auth.check import Checker
-from inference_auth.guard import RedisGuard
-from inference_auth.listener import TokenListener
+from inference_auth.http_server import CheckServer
 from inference_auth.metrics import KNOWN_TOKENS
-from inference_auth.protocol import CheckServer
+from inference_auth.redis_guard import RedisGuard
+from inference_auth.token_listener import TokenListener
 from shared.config import Settings
 from shared.db.inference_tokens import TokenStore
 from shared.db.pool import create_pool

@@ -1,4 +1,4 @@
-"""The check's own HTTP/1.1 server (inference_auth/protocol.py) over raw sockets, served by the
+"""The check's own HTTP/1.1 server (inference_auth/http_server.py) over raw sockets, served by the
 runner on real PostgreSQL and Redis: keep-alive, pipelining in order across the synchronous and
 the asynchronous decision, HTTP/1.0, limits, parser errors, routes and bodies."""
 

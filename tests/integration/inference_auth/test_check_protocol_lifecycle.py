@@ -12,7 +12,7 @@ import pytest
 
 from inference_auth.cache import TokenCache
 from inference_auth.check import Checker
-from inference_auth.protocol import IDLE_TIMEOUT, CheckServer
+from inference_auth.http_server import IDLE_TIMEOUT, CheckServer
 
 UNKNOWN_PATH = b"GET /elsewhere HTTP/1.1\r\nHost: x\r\n\r\n"
 

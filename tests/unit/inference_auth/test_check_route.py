@@ -1,4 +1,4 @@
-"""The check's routes (inference_auth/app.py ``check_route``): which deployment a request's
+"""The check's routes (inference_auth/routes.py ``check_route``): which deployment a request's
 target names (remembered per route, so it must agree with ``deployment_of_path`` always) and
 which host is asked for a second opinion."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inference_auth.app import check_route
+from inference_auth.routes import check_route
 from shared.inference_routes import AUTH_PATH, deployment_of_path
 
 ROUTE = AUTH_PATH + "/acme/churn/production"

@@ -1,5 +1,5 @@
 """The routes of ``/internal/v1/inference-auth/<tenant>/<model>/<environment>`` and the
-decision behind them (docs/inference-auth.md); served by protocol.py.
+decision behind them (docs/inference-auth.md); served by http_server.py.
 
 The deployment is the one the route names in the check's path (``shared.inference_routes``):
 the platform writes it into each Ingress's ``auth-url`` and each SecurityPolicy's

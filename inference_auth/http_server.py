@@ -6,7 +6,7 @@ reads (``Authorization``, ``X-Original-URL``, ``Host``) and answers with precomp
 
 - Keep-alive (HTTP/1.1 unless ``Connection: close``; HTTP/1.0 only when it asks), pipelined
   requests answered in order (a per-connection queue), any method, bodies drained unread.
-- Routes (app.py, ``check_route``): ``/internal/v1/inference-auth/<tenant>/<model>/
+- Routes (routes.py, ``check_route``): ``/internal/v1/inference-auth/<tenant>/<model>/
   <environment>`` (the deployment the route names; Envoy appends the client's path after it),
   ``/internal/v1/inference-auth`` itself (names none: 403), anything else 404.
 - Not auth decisions, and never a 5xx: an unparsable request is a 400, a target over
@@ -31,9 +31,9 @@ from typing import Final, cast
 
 import httptools
 
-from inference_auth.app import check_route, decide
 from inference_auth.check import UNAUTHORIZED, Checker, Decision
 from inference_auth.metrics import STATS
+from inference_auth.routes import check_route, decide
 from shared.inference_routes import DEPLOYMENT_HEADER, ENVOY_HEADERS_TO_REMOVE, HEADERS_TO_REMOVE
 from shared.logging import get_logger
 
