@@ -507,6 +507,9 @@ async def main() -> None:
             "POD_NAME": "demo",
             # The sim runs on the wall clock: a schedule every minute shows a run soon.
             "SCHEDULE_MIN_INTERVAL": "1m",
+            # The drift reconciler's pass, short so the schedules showcase's deleted
+            # CronWorkflow comes back within seconds (default 1m).
+            "PIPELINE_RECONCILE_INTERVAL": "10s",
             **showcase_notifications.COMPILER_ENV,
             **showcase_git.ENVIRONMENT,
         }
@@ -538,7 +541,9 @@ async def main() -> None:
             showcase_task,
             asyncio.create_task(pipelines_showcase()),
             asyncio.create_task(inference_showcase(url, processes)),
-            asyncio.create_task(schedules_showcase(API, TENANT_HEADERS, log)),
+            asyncio.create_task(
+                schedules_showcase(API, TENANT_HEADERS, log, kubeconfig=host["kubeconfig"])
+            ),
             asyncio.create_task(triggers_showcase(API, TENANT_HEADERS, world)),
             asyncio.create_task(secrets_showcase(API, API_KEY, log, delay=20)),
             asyncio.create_task(

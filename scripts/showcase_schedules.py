@@ -1,6 +1,10 @@
 """The demo's schedules showcase: a tenant schedules a pipeline, sees its next run times in its
 time zone, has a too-frequent and an @every schedule refused, watches the data controller fire
-it (a run with source "schedule" in the run list), then pauses it.
+it (a run with source "schedule" in the run list), then pauses it. A zone that is not a
+canonical IANA name is refused naming the current one; the pause is recorded in PostgreSQL, so
+when the CronWorkflow is deleted behind the platform's back (a `kubectl delete`), the compiler's
+drift reconciler makes it again from the current version, still paused (demo.py sets
+PIPELINE_RECONCILE_INTERVAL=10s).
 
 The demo's simulated clusters run on the wall clock, so the demo's compiler takes
 SCHEDULE_MIN_INTERVAL=1m (demo.py sets it; the default is 5m) and the schedule is every minute:
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -31,7 +36,7 @@ SCHEDULED = {
 
 
 async def schedules_showcase(
-    api: str, headers: Mapping[str, str], log: Callable[[str], None]
+    api: str, headers: Mapping[str, str], log: Callable[[str], None], *, kubeconfig: str
 ) -> None:
     await asyncio.sleep(12)
     base = f"{api}/api/v1/data-pipelines"
@@ -42,6 +47,12 @@ async def schedules_showcase(
                 errors = (await answer.json()).get("details", {}).get("errors", [])
             for error in errors:
                 log(f"schedule {cron} → {answer.status} {error['field']}: {error['message']}")
+        for zone in ("Europe/Kiev", "localtime"):
+            refused = {**SCHEDULED, "schedule": {**SCHEDULED["schedule"], "timezone": zone}}  # type: ignore[dict-item]
+            async with http.post(f"{base}/validate", json=refused) as answer:
+                errors = (await answer.json()).get("details", {}).get("errors", [])
+            for error in errors:
+                log(f"time zone {zone!r} → {answer.status} {error['field']}: {error['message']}")
         async with http.post(base, json=SCHEDULED) as answer:
             saved: dict[str, Any] = await answer.json()
         if answer.status != 201:
@@ -69,6 +80,41 @@ async def schedules_showcase(
             f"POST .../{pipeline}/schedule/pause → {answer.status}: paused by "
             f"{paused.get('paused_by')} at {paused.get('paused_at')}; a save keeps it paused"
         )
+        await _deleted_and_made_again(
+            kubeconfig, namespace=run["namespace"], name=schedule["cron_workflow"], log=log
+        )
+
+
+async def _deleted_and_made_again(
+    kubeconfig: str, *, namespace: str, name: str, log: Callable[[str], None]
+) -> None:
+    """Delete the CronWorkflow behind the platform's back; wait for the reconciler to make it
+    again, paused as recorded."""
+    from kubernetes_asyncio.client import CustomObjectsApi
+
+    from shared.k8s import client_from_kubeconfig
+
+    client = await client_from_kubeconfig(await asyncio.to_thread(Path(kubeconfig).read_text))
+    try:
+        api = CustomObjectsApi(client)
+        plural = ("argoproj.io", "v1alpha1", namespace, "cronworkflows", name)
+        await api.delete_namespaced_custom_object(*plural)
+        log(f"CronWorkflow {namespace}/{name} deleted out of band (as a kubectl delete would)")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            await asyncio.sleep(2)
+            try:
+                again = await api.get_namespaced_custom_object(*plural)
+            except Exception:  # not there yet
+                continue
+            log(
+                f"the compiler's drift reconciler made {name} again from the current version, "
+                f"suspend={again['spec'].get('suspend')} (the pause recorded in PostgreSQL)"
+            )
+            return
+        log(f"{name} did not come back within 60 s (see .run/demo/compiler.log)")
+    finally:
+        await client.close()
 
 
 async def _first_scheduled_run(
