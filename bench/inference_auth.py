@@ -16,6 +16,12 @@ check, never reached); 1 % of requests carry a well-formed token with a fresh un
   lower of the two. Goal ≥ 0.8 in every form. `ratio_plain_nginx_keepalive`: plain nginx's
   `auth_request` over kept-alive connections (the form this bench measured before; not one
   ingress-nginx renders), for reference. Also the latency each adds at p50 and p99.
+- `ceiling_<form>`: the same nginx configuration with the cheapest possible check server
+  behind it, a second nginx (C, one worker) answering `return 200` with
+  `X-Inference-Deployment` on the same routes, no token logic (`sim.ingress`'s
+  `zero_cost_check`). `ceiling_ratio_<form>`: its requests/s divided by the chain without a
+  check: the most any check server can reach in that form; `ratio_vs_ceiling_<form>`: our
+  check's requests/s divided by the zero-cost check's: how close it comes.
 - `*_uvicorn`, `*_granian`: the same forms with the check served by a maintained server instead
   of http_server.py, uvicorn (httptools on uvloop, bench/_inference_auth_uvicorn.py) and granian's
   RSGI (Rust, bench/_inference_auth_granian.py); `<server>_vs_own_default` divides its chain's
@@ -378,15 +384,27 @@ async def bench(*, quick: bool) -> None:
             nginxes.append(made)
             return made
 
+        # Each form: (keepalive, Lua). plain_nginx_keepalive is plain nginx only (ingress-nginx
+        # never renders it): auth_request over kept-alive connections, measured before.
+        shapes = {
+            "default": (0, True),
+            "keepalive": (64, True),
+            "plain_nginx_keepalive": (64, False),
+        }
+        if not lua:
+            del shapes["keepalive"]
         default = nginx("default", auth_port, keepalive=0, plain=True)
         forms = {"default": default}
-        if lua:
-            forms["keepalive"] = nginx("keepalive", auth_port, keepalive=64)
-        # Plain nginx only (ingress-nginx never renders it): auth_request over kept-alive
-        # connections, the form this bench measured before.
-        forms["plain_nginx_keepalive"] = nginx(
-            "plain-nginx-keepalive", auth_port, keepalive=64, lua=False
-        )
+        for name, (keepalive, uses_lua) in shapes.items():
+            if name != "default":
+                forms[name] = nginx(name, auth_port, keepalive=keepalive, lua=uses_lua)
+        # The same configurations with the zero-cost check (a second nginx) behind them.
+        zero_cost = Nginx(prefix=state / "zero-cost", sites=(), auth=None, zero_cost_check=True)
+        nginxes.append(zero_cost)
+        for name, (keepalive, uses_lua) in shapes.items():
+            forms[f"ceiling_{name}"] = nginx(
+                f"ceiling_{name}", zero_cost.port, keepalive=keepalive, lua=uses_lua
+            )
         for name, port in candidate_ports.items():
             forms[f"default_{name}"] = nginx(f"default-{name}", port, keepalive=0)
             if lua:
@@ -429,7 +447,9 @@ async def bench(*, quick: bool) -> None:
             plain_url = f"http://127.0.0.1:{default.plain_port}{PREDICT_PATH}"
             model_url = f"http://127.0.0.1:{model_port}{PREDICT_PATH}"
             refused = 1.5 / UNKNOWN_EVERY
-            for made in forms.values():  # warm up: every token seen once by each server
+            for name, made in forms.items():  # warm up: every token seen once by each server
+                if name.startswith("ceiling_"):
+                    continue  # no token logic
                 await wrk(f"{made.url}{PREDICT_PATH}", seconds=1, script=through, refused=refused)
             plain: list[WrkResult] = []
             model: list[WrkResult] = []
@@ -451,9 +471,10 @@ async def bench(*, quick: bool) -> None:
                     )
                 )
                 for name, made in forms.items():
+                    ceiling = name.startswith("ceiling_")
                     parts = {
                         "nginx": nginx_workers(made),
-                        "check": [server_pids[name]],
+                        "check": nginx_workers(zero_cost) if ceiling else [server_pids[name]],
                         "model": [model_pid],
                     }
                     result = await cpu.measure(
@@ -541,9 +562,17 @@ async def bench(*, quick: bool) -> None:
     print(f"handler_rps: {best_handler.rps:.0f}")
     print(f"empty_handler_rps: {best_empty.rps:.0f}")
     print(f"handler_ratio: {best_handler.rps / best_empty.rps:.2f}")
-    ratios = {name: result.rps / best_plain.rps for name, result in best_checked.items()}
+    ratios = {
+        name: result.rps / best_plain.rps
+        for name, result in best_checked.items()
+        if not name.startswith("ceiling_")
+    }
     for name, value in ratios.items():
         print(f"ratio_{name}: {value:.2f}")
+    for name in shapes:
+        ceiling_rps = best_checked[f"ceiling_{name}"].rps
+        print(f"ceiling_ratio_{name}: {ceiling_rps / best_plain.rps:.2f}")
+        print(f"ratio_vs_ceiling_{name}: {best_checked[name].rps / ceiling_rps:.2f}")
     for name in candidates:
         own = best_checked["default"].rps
         print(f"{name}_vs_own_default: {best_checked[f'default_{name}'].rps / own:.2f}")

@@ -22,7 +22,9 @@ so nginx sends the model none), one of its two forms:
   ticket 1579). Needs the Lua module (Debian `libnginx-mod-http-lua`).
 
 `Nginx` runs the Debian package's binary unprivileged with a prefix of its own (`-p`), in the
-foreground, on 127.0.0.1; the system nginx service is never used.
+foreground, on 127.0.0.1; the system nginx service is never used. With `zero_cost_check` it
+serves `render_zero_cost_check` instead: the cheapest possible check server (every route naming
+a deployment allowed, no token read), the benchmark's ceiling for each form.
 `model_backend` is a stand-in model server (KServe's v1 protocol: `POST /v1/models/<m>:predict`).
 """
 
@@ -45,7 +47,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from shared.config import Settings
-from shared.inference_routes import inference_ingress
+from shared.inference_routes import DEPLOYMENT_HEADER, inference_ingress
 from shared.inference_tokens import DeploymentRef, endpoint_host
 from sim.ports import free_port
 
@@ -198,28 +200,11 @@ def render_config(
 ) -> str:
     """The whole nginx.conf. `plain_port`, when given, serves the same sites without the auth
     check on a second listener (the benchmark's baseline in the same nginx)."""
-    run_as = ""
-    if os.geteuid() == 0:
-        # Workers of a root master switch to `nobody`, who cannot write into a test's prefix.
-        run_as = f"user {pwd.getpwuid(0).pw_name};\n"
     lua = auth is not None and auth.keepalive > 0 and auth.lua
     modules = [f"load_module {MODULES_DIR / module};" for module in LUA_MODULES] if lua else []
     lines = [
         *modules,
-        f"{run_as}daemon off;",
-        f"worker_processes {workers};",
-        f"pid {prefix}/nginx.pid;",
-        f"error_log {prefix}/error.log warn;",
-        "events { worker_connections 4096; }",
-        "http {",
-        f"    client_body_temp_path {prefix}/client-body;",
-        f"    proxy_temp_path {prefix}/proxy-temp;",
-        f"    fastcgi_temp_path {prefix}/fastcgi-temp;",
-        f"    uwsgi_temp_path {prefix}/uwsgi-temp;",
-        f"    scgi_temp_path {prefix}/scgi-temp;",
-        "    server_tokens off;",
-        "    uninitialized_variable_warn off;",
-        "    keepalive_requests 10000;",
+        *_http_context(prefix=prefix, workers=workers),
         # Tokens never reach the log: the request line and the deployment the check named.
         "    log_format upstreaminfo '$remote_addr [$time_local] \"$request_method $host$uri\" '",
         "        '$status $request_time $upstream_status deployment=$auth_deployment';",
@@ -250,6 +235,55 @@ def render_config(
             )
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _http_context(*, prefix: Path, workers: int) -> list[str]:
+    """The main context up to the opening of `http {`, everything kept under `prefix`."""
+    run_as = ""
+    if os.geteuid() == 0:
+        # Workers of a root master switch to `nobody`, who cannot write into a test's prefix.
+        run_as = f"user {pwd.getpwuid(0).pw_name};\n"
+    return [
+        f"{run_as}daemon off;",
+        f"worker_processes {workers};",
+        f"pid {prefix}/nginx.pid;",
+        f"error_log {prefix}/error.log warn;",
+        "events { worker_connections 4096; }",
+        "http {",
+        f"    client_body_temp_path {prefix}/client-body;",
+        f"    proxy_temp_path {prefix}/proxy-temp;",
+        f"    fastcgi_temp_path {prefix}/fastcgi-temp;",
+        f"    uwsgi_temp_path {prefix}/uwsgi-temp;",
+        f"    scgi_temp_path {prefix}/scgi-temp;",
+        "    server_tokens off;",
+        "    uninitialized_variable_warn off;",
+        "    keepalive_requests 10000;",
+    ]
+
+
+def render_zero_cost_check(*, prefix: Path, port: int, workers: int = 1) -> str:
+    """nginx.conf of the cheapest possible check server (the benchmark's ceiling): every
+    request under AUTH_PATH naming a deployment is a 200 with `X-Inference-Deployment` set to
+    the deployment its route names, no token read, no log."""
+    route = AUTH_PATH + "/([^/?]+/[^/?]+/[^/?]+)"
+    return (
+        "\n".join(
+            [
+                *_http_context(prefix=prefix, workers=workers),
+                "    access_log off;",
+                "    server {",
+                f"        listen 127.0.0.1:{port};",
+                f"        location ~ ^{route} {{",
+                f"            add_header {DEPLOYMENT_HEADER} $1;",
+                "            return 200;",
+                "        }",
+                "        location / { return 403; }",
+                "    }",
+                "}",
+            ]
+        )
+        + "\n"
+    )
 
 
 LUA_FILE = "external_auth.lua"
@@ -376,6 +410,8 @@ class Nginx:
     port: int = field(default_factory=free_port)
     plain_port: int | None = None
     workers: int = 1
+    # Serve `render_zero_cost_check` instead (sites and auth ignored): the benchmark's ceiling.
+    zero_cost_check: bool = False
     _process: asyncio.subprocess.Process | None = None
 
     @property
@@ -393,6 +429,12 @@ class Nginx:
             raise RuntimeError("nginx is not installed: run scripts/ensure-services.sh")
         self.prefix.mkdir(parents=True, exist_ok=True)
         conf = self.prefix / "nginx.conf"
+        error_log = self.prefix / "error.log"
+        if self.zero_cost_check:
+            conf.write_text(
+                render_zero_cost_check(prefix=self.prefix, port=self.port, workers=self.workers)
+            )
+            return [binary, "-p", f"{self.prefix}/", "-c", str(conf), "-e", str(error_log)]
         conf.write_text(
             render_config(
                 prefix=self.prefix,
@@ -409,7 +451,6 @@ class Nginx:
                     "auth-keepalive needs nginx's Lua module (libnginx-mod-http-lua)"
                 )
             (self.prefix / LUA_FILE).write_text(EXTERNAL_AUTH_LUA)
-        error_log = self.prefix / "error.log"
         return [binary, "-p", f"{self.prefix}/", "-c", str(conf), "-e", str(error_log)]
 
     async def start(self) -> None:

@@ -1,7 +1,8 @@
 """The two forms in which ingress-nginx renders `auth-url` (sim/ingress.py), through real nginx
 and a stand-in check that records each connection it is asked on: by default (`auth_request`)
 every check opens a new connection; with `auth-keepalive` (HTTP/2 off) the checks go through
-ingress-nginx's Lua subrequest over kept-alive connections. The bench measures both."""
+ingress-nginx's Lua subrequest over kept-alive connections. The bench measures both, and each
+against a zero-cost check (a second nginx answering 200) for the ceiling the form allows."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from shared.inference_tokens import DeploymentRef
 from sim.ingress import (
     AUTH_PATH,
     CALLS,
     ExternalAuth,
     Nginx,
     Site,
+    deployment_sites,
     lua_available,
     model_backend,
     start_app,
@@ -106,3 +109,21 @@ async def test_auth_keepalive_with_a_response_header_fails_every_allowed_request
         assert await predict(nginx, "good") == 500
         assert await predict(nginx, "bad") == 401
     assert model_app[CALLS].count == 0
+
+
+async def test_the_zero_cost_check_allows_every_request_naming_the_deployment_of_its_route(
+    tmp_path: Path, apps: tuple[web.Application, int, web.Application, int]
+) -> None:
+    """The bench's ceiling: a second nginx stands in for the check, with no token logic."""
+    _, _, model_app, model_port = apps
+    ref = DeploymentRef(tenant="acme", model="fraud", environment="production")
+    sites = deployment_sites([ref], domain="models.test", backend=f"127.0.0.1:{model_port}")
+    assert sites[0].host == HOST
+    async with Nginx(prefix=tmp_path / "check", sites=(), auth=None, zero_cost_check=True) as check:
+        async with aiohttp.ClientSession() as http, http.get(f"{check.url}{AUTH_PATH}") as answer:
+            assert answer.status == 403  # names no deployment
+        auth = ExternalAuth(servers=(f"127.0.0.1:{check.port}",))
+        async with Nginx(prefix=tmp_path / "nginx", sites=sites, auth=auth) as nginx:
+            assert [await predict(nginx, token) for token in ("good", "bad")] == [200, 200]
+    assert model_app[CALLS].count == 2
+    assert model_app[CALLS].last_headers["X-Inference-Deployment"] == "acme/fraud/production"
