@@ -66,7 +66,7 @@ from compiler.pipelines.ports import (
     Objects,
     Tenants,
 )
-from compiler.pipelines.stamping import identity_labels, template_name
+from compiler.pipelines.stamping import run_manifest, template_name
 from compiler.secrets import references, rules
 from shared import labels as L
 from shared.db.audit import record_action
@@ -542,7 +542,14 @@ class PipelineService:
         arguments = definitions.run_arguments(version.parameters, dict(overrides))
         await self._tenants.ensure(caller.tenant)
         workflow = run_manifest(
-            pipeline, version, arguments, actor=caller.actor, instance_id=self._instance_id
+            tenant=pipeline.tenant,
+            pipeline_id=pipeline.id,
+            kind=pipeline.kind,
+            version=version.version,
+            template=version.template_name,
+            arguments=arguments,
+            actor=caller.actor,
+            instance_id=self._instance_id,
         )
         namespace = workflow["metadata"]["namespace"]
         parameters = {item["name"]: item["value"] for item in arguments}
@@ -590,33 +597,3 @@ class PipelineService:
             outcome=outcome,
             detail=detail,
         )
-
-
-def run_manifest(
-    pipeline: PipelineRow,
-    version: VersionRow,
-    arguments: list[dict[str, str]],
-    *,
-    actor: str,
-    instance_id: str,
-) -> dict[str, Any]:
-    """The Workflow a run creates: a reference to the version's template and nothing else the
-    tenant could not set themselves (the controller runs only template references), labelled
-    with the data controller's instance ID: without it the CI/CD controller, which runs any
-    workflow, would take it, and the data controller would never see it."""
-    labels = identity_labels(pipeline_id=pipeline.id, version=version.version, kind=pipeline.kind)
-    labels[L.ARGO_CONTROLLER_INSTANCE_ID] = instance_id
-    spec: dict[str, Any] = {"workflowTemplateRef": {"name": version.template_name}}
-    if arguments:
-        spec["arguments"] = {"parameters": arguments}
-    return {
-        "apiVersion": ARGO_API_VERSION,
-        "kind": "Workflow",
-        "metadata": {
-            "generateName": f"{version.template_name}-",
-            "namespace": f"{L.DATA_NAMESPACE_PREFIX}{pipeline.tenant}",
-            "labels": labels,
-            "annotations": {L.ARGO_CREATOR: actor[:63]},
-        },
-        "spec": spec,
-    }

@@ -211,3 +211,36 @@ def with_tracking_credentials(
                 env = [{"name": EXPERIMENT_VARIABLE, "value": experiment}, *env]
             container["env"] = env
     return document
+
+
+def run_manifest(
+    *,
+    tenant: str,
+    pipeline_id: str,
+    kind: PipelineKind,
+    version: int,
+    template: str,
+    arguments: list[dict[str, str]],
+    actor: str,
+    instance_id: str,
+) -> dict[str, Any]:
+    """The Workflow a run creates: a reference to the version's template and nothing else the
+    tenant could not set themselves (the controller runs only template references), labelled
+    with the data controller's instance ID: without it the CI/CD controller, which runs any
+    workflow, would take it, and the data controller would never see it."""
+    labels = identity_labels(pipeline_id=pipeline_id, version=version, kind=kind)
+    labels[L.ARGO_CONTROLLER_INSTANCE_ID] = instance_id
+    spec: dict[str, Any] = {"workflowTemplateRef": {"name": template}}
+    if arguments:
+        spec["arguments"] = {"parameters": arguments}
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {
+            "generateName": f"{template}-",
+            "namespace": f"{L.DATA_NAMESPACE_PREFIX}{tenant}",
+            "labels": labels,
+            "annotations": {L.ARGO_CREATOR: actor[:63]},
+        },
+        "spec": spec,
+    }
