@@ -43,9 +43,16 @@ def server_context(
     return context
 
 
+def _san_safe(user: str) -> str:
+    return "".join(c if c.isascii() and (c.isalnum() or c in "-._") else "-" for c in user) or "u"
+
+
 def issue_client_cert(ca: trustme.CA, user: str) -> tuple[str, str]:
     """(client-certificate-data, client-key-data) for a kubeconfig user named `user`."""
-    leaf = ca.issue_cert(common_name=user)
+    # The API server reads the user from the subject's CN; the SAN is there because
+    # cryptography 51 refuses a certificate with an empty SubjectAlternativeName, which is what
+    # trustme writes when given no identity.
+    leaf = ca.issue_cert(f"{_san_safe(user)}@users.sim.invalid", common_name=user)
     chain = b"".join(blob.bytes() for blob in leaf.cert_chain_pems)
     return base64.b64encode(chain).decode(), base64.b64encode(leaf.private_key_pem.bytes()).decode()
 
