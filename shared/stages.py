@@ -13,12 +13,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-# The stages compiled today, in the order a run reaches them (cleanup is the exit handler).
+# Every stage of a release, in the order the spec gives and a run reaches them (cleanup is
+# the exit handler). ``deploy`` deploys the registered version to staging; canary, analysis and
+# promotion take it to production.
 REGISTER: Final = "register"
 GATE: Final = "gate"
+DEPLOY: Final = "deploy"
 APPROVAL: Final = "approval"
+CANARY: Final = "canary"
+ANALYSIS: Final = "analysis"
+PROMOTION: Final = "promotion"
 CLEANUP: Final = "cleanup"
-STAGES: Final = (REGISTER, GATE, APPROVAL, CLEANUP)
+STAGES: Final = (REGISTER, GATE, DEPLOY, APPROVAL, CANARY, ANALYSIS, PROMOTION, CLEANUP)
+
+# The environments a model version is deployed to: staging by the deploy stage of every
+# release that passed its gate, production by promotion (the stage, or the promote route).
+STAGING: Final = "staging"
+PRODUCTION: Final = "production"
+ENVIRONMENTS: Final = (STAGING, PRODUCTION)
 
 # Every platform template, task and step name starts with this; tenants may use none of them.
 PLATFORM_PREFIX: Final = "wm-"
@@ -43,9 +55,11 @@ VERDICT: Final = "verdict"
 REASONS: Final = "reasons"  # a JSON array of strings, as a string
 DECISION: Final = "decision"
 OUTCOME: Final = "outcome"
+URL: Final = "url"  # the deployment's public endpoint (no token)
 OUTPUTS: Final[Mapping[str, tuple[str, ...]]] = {
     REGISTER: (VERSION,),
     GATE: (VERDICT, REASONS),
+    DEPLOY: (URL,),
     APPROVAL: (DECISION,),
     CLEANUP: (OUTCOME,),
 }

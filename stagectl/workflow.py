@@ -22,7 +22,9 @@ FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed", "Error"})
 # Where a tenant's step may record the MLflow run it logged to (docs/operations.md, "stagectl").
 MLFLOW_RUN_PARAMETER: Final = "mlflow_run_id"
 MLFLOW_RUN_LABEL: Final = "kubeopera.io/mlflow-run-id"
-_TEMPLATE_STAGES: Final = {S.template_name(stage): stage for stage in S.STAGES}
+# The stages this controller does today; a node of any other stage is left alone.
+HANDLED_STAGES: Final = (S.REGISTER, S.GATE, S.APPROVAL, S.CLEANUP)
+_TEMPLATE_STAGES: Final = {S.template_name(stage): stage for stage in HANDLED_STAGES}
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

@@ -106,7 +106,7 @@ def test_approval_outcomes() -> None:
 
 
 def test_a_failed_stage_sets_every_output_it_declares() -> None:
-    for stage in S.STAGES:
+    for stage in S.OUTPUTS:
         failed = Outcome.failed(stage, "why")
         assert set(failed.outputs) == set(S.OUTPUTS[stage])
         assert (failed.phase, failed.message) == ("Failed", "why")
