@@ -43,7 +43,9 @@ class Tenants(Protocol):
 
 
 class DataSecrets(Protocol):
-    """The names of a tenant's data secrets (``compiler.secrets.service.DataSecretService``)."""
+    """The names of a tenant's data secrets (``compiler.secrets.service.DataSecretService``),
+    the tenant provisioned already: it takes no PostgreSQL connection, so a save may ask while
+    holding its transaction's."""
 
     async def names(self, tenant: str) -> frozenset[str]: ...
 

@@ -203,6 +203,7 @@ class PipelineService:
         """Render, check and lint without saving (the id is a placeholder)."""
         body = parse_body(data, kind)
         fetched = await self._read(caller, body)
+        await self._tenants.ensure(caller.tenant)
         secrets = await self._secrets(caller.tenant, None)
         target = self._target(caller, kind, "validate", 1, secrets)
         rendered = await self._checked(body, target, fetched)
@@ -458,6 +459,7 @@ class PipelineService:
     ) -> dict[str, Any]:
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise Invalid("version: expected a version number", details={"parameter": "version"})
+        await self._tenants.ensure(caller.tenant)
         async with (
             self._all_or_nothing(caller.tenant, kind, pipeline_id) as attaching,
             self._transaction() as store,

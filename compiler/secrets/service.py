@@ -110,6 +110,11 @@ class DataSecretService:
         """The tenant's data secrets, by name (provisioning the tenant first: before, its
         namespace and the compiler's rights there do not exist)."""
         await self._tenants.ensure(tenant)
+        return await self._listed(tenant)
+
+    async def _listed(self, tenant: str) -> list[dict[str, Any]]:
+        """The data secrets of a tenant provisioned already. Takes no PostgreSQL connection,
+        so a caller holding one (a save's transaction) never waits for a second."""
         items = await self._objects.list(
             API_VERSION, KIND, _namespace(tenant), label_selector=SELECTOR
         )
@@ -121,8 +126,9 @@ class DataSecretService:
         return sorted(own, key=lambda item: str(item["metadata"]["name"]))
 
     async def names(self, tenant: str) -> frozenset[str]:
-        """The names of the tenant's data secrets: the only Secrets its templates may name."""
-        return frozenset(str(item["metadata"]["name"]) for item in await self._secrets(tenant))
+        """The names of the data secrets of a tenant provisioned already (the caller ensured
+        it): the only Secrets its templates may name."""
+        return frozenset(str(item["metadata"]["name"]) for item in await self._listed(tenant))
 
     async def listing(self, tenant: str, *, after: str | None, limit: int) -> dict[str, Any]:
         """A page of the tenant's data secrets by name, after ``after``: ``{"items", "total",
@@ -177,29 +183,40 @@ class DataSecretService:
             tenant=tenant, name=name, values=values, actor=actor, at=at, created_by=created_by
         )
         action = "create" if live is None else "replace"
-        async with contextlib.AsyncExitStack() as held:
-            if live is None:
-                # Counted and created under the tenant's exclusive data-secrets lock: two
-                # creates never both take the last place.
-                store = await held.enter_async_context(PipelineStore.transaction(self._pool))
-                await store.guard_data_secrets(tenant, exclusive=True)
-                if len(await self._secrets(tenant)) >= self._max:
-                    detail = {"error": "limit", "max_per_tenant": self._max}
-                    await self._audit(tenant, actor, name, action, keys, "failed", detail)
-                    raise Conflict(
-                        f"a tenant may have at most {self._max} data secrets "
-                        "(DATA_SECRETS_MAX_PER_TENANT): delete one first",
-                        details={"reason": "limit", "secret": name, "max_per_tenant": self._max},
-                    )
-            try:
+        try:
+            async with contextlib.AsyncExitStack() as held:
                 if live is None:
-                    written = await self._objects.create(secret)
-                else:
-                    secret["metadata"]["resourceVersion"] = live["metadata"].get("resourceVersion")
-                    written = await self._objects.replace(secret)
-            except WorkflowManagerError as exc:
-                await self._audit(tenant, actor, name, action, keys, "failed", {"error": exc.code})
-                raise _sanitised(exc, name) from None
+                    # Counted and created under the tenant's exclusive data-secrets lock: two
+                    # creates never both take the last place.
+                    store = await held.enter_async_context(PipelineStore.transaction(self._pool))
+                    await store.guard_data_secrets(tenant, exclusive=True)
+                    if len(await self._listed(tenant)) >= self._max:
+                        raise _Refused(
+                            {"error": "limit", "max_per_tenant": self._max},
+                            Conflict(
+                                f"a tenant may have at most {self._max} data secrets "
+                                "(DATA_SECRETS_MAX_PER_TENANT): delete one first",
+                                details={
+                                    "reason": "limit",
+                                    "secret": name,
+                                    "max_per_tenant": self._max,
+                                },
+                            ),
+                        )
+                try:
+                    if live is None:
+                        written = await self._objects.create(secret)
+                    else:
+                        version = live["metadata"].get("resourceVersion")
+                        secret["metadata"]["resourceVersion"] = version
+                        written = await self._objects.replace(secret)
+                except WorkflowManagerError as exc:
+                    raise _Refused({"error": exc.code}, _sanitised(exc, name)) from None
+        except _Refused as refused:
+            # Audited once the lock's connection is back: a refusal's row must outlive the
+            # rolled-back transaction, and takes a connection of its own.
+            await self._audit(tenant, actor, name, action, keys, "failed", refused.detail)
+            raise refused.error from None
         await self._audit(tenant, actor, name, action, keys, "succeeded", {})
         log.info("data_secret_written", tenant=tenant, secret=name, action=action, keys=len(keys))
         return rules.describe(written), live is None
@@ -211,41 +228,44 @@ class DataSecretService:
             raise _missing(name)
         await self._tenants.ensure(tenant)
         namespace = _namespace(tenant)
-        async with PipelineStore.transaction(self._pool) as store:
-            await store.guard_data_secrets(tenant, exclusive=True)
-            live = await self._own(tenant, name)
-            if live is None:
-                raise _missing(name)
-            keys = sorted(rules.describe(live)["keys"])
-            current = {
-                pipeline.id: (pipeline, version)
-                for pipeline, version in await store.current_versions_mentioning(tenant, name)
-            }
-            using = references.users(
-                name,
-                {key: (v.template, v.definition, v.settings) for key, (_, v) in current.items()},
-            )
-            users = [
-                {"id": pipeline.id, "kind": pipeline.kind, "name": pipeline.name}
-                for pipeline, _ in (current[key] for key in using)
-            ]
-            if users:
-                detail = {"error": "conflict", "pipelines": users}
-                await self._audit(tenant, actor, name, "delete", keys, "failed", detail)
-                listed = ", ".join(
-                    f"{user['name']} ({user['kind']}, {user['id']})" for user in users
-                )
-                raise Conflict(
-                    f"data secret {name!r} is used by the current version of: {listed}",
-                    details={"reason": "in_use", "secret": name, "pipelines": users},
-                )
-            try:
-                await self._objects.delete(API_VERSION, KIND, namespace, name)
-            except WorkflowManagerError as exc:
-                await self._audit(
-                    tenant, actor, name, "delete", keys, "failed", {"error": exc.code}
-                )
-                raise _sanitised(exc, name) from None
+        keys: list[str] = []
+        try:
+            async with PipelineStore.transaction(self._pool) as store:
+                await store.guard_data_secrets(tenant, exclusive=True)
+                live = await self._own(tenant, name)
+                if live is None:
+                    raise _missing(name)
+                keys = sorted(rules.describe(live)["keys"])
+                current = {
+                    pipeline.id: (pipeline, version)
+                    for pipeline, version in await store.current_versions_mentioning(tenant, name)
+                }
+                bodies = {
+                    key: (v.template, v.definition, v.settings) for key, (_, v) in current.items()
+                }
+                using = references.users(name, bodies)
+                users = [
+                    {"id": pipeline.id, "kind": pipeline.kind, "name": pipeline.name}
+                    for pipeline, _ in (current[key] for key in using)
+                ]
+                if users:
+                    listed = ", ".join(
+                        f"{user['name']} ({user['kind']}, {user['id']})" for user in users
+                    )
+                    raise _Refused(
+                        {"error": "conflict", "pipelines": users},
+                        Conflict(
+                            f"data secret {name!r} is used by the current version of: {listed}",
+                            details={"reason": "in_use", "secret": name, "pipelines": users},
+                        ),
+                    )
+                try:
+                    await self._objects.delete(API_VERSION, KIND, namespace, name)
+                except WorkflowManagerError as exc:
+                    raise _Refused({"error": exc.code}, _sanitised(exc, name)) from None
+        except _Refused as refused:
+            await self._audit(tenant, actor, name, "delete", keys, "failed", refused.detail)
+            raise refused.error from None
         await self._audit(tenant, actor, name, "delete", keys, "succeeded", {})
         log.info("data_secret_deleted", tenant=tenant, secret=name)
         return {"name": name, "deleted": True}
@@ -276,6 +296,16 @@ class DataSecretService:
             outcome=outcome,
             detail={"secret": name, **detail},
         )
+
+
+class _Refused(Exception):
+    """A write refused inside the lock's transaction: raised out of it, then audited (on a
+    connection of its own, once the transaction's is back) and answered with ``error``."""
+
+    def __init__(self, detail: Mapping[str, Any], error: WorkflowManagerError) -> None:
+        super().__init__(error.message)
+        self.detail = detail
+        self.error = error
 
 
 def _sanitised(exc: WorkflowManagerError, name: str) -> WorkflowManagerError:

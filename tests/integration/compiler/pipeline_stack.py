@@ -161,10 +161,12 @@ async def make_stack(
     settings_factory: Any,
     *,
     world_options: dict[str, Any] | None = None,
+    compiler_pool: asyncpg.Pool | None = None,
     **overrides: Any,
 ) -> AsyncIterator[Stack]:
     """The stack; ``world_options`` go to ``start_world`` (object storage for artifacts),
-    ``overrides`` to the settings."""
+    ``compiler_pool`` is the compiler's own pool (``db`` by default), ``overrides`` go to the
+    settings."""
     options: dict[str, Any] = {"tick": 0.01, "autostart": False, "pod_gc_delay": 0}
     world = await start_world(1, **{**options, **(world_options or {})})
     kube = await client_from_kubeconfig(world.host.kubeconfig)
@@ -172,7 +174,7 @@ async def make_stack(
     settings = settings_factory(
         **{"INTERNAL_API_KEY": INTERNAL_KEY, "ARTIFACT_BUCKET": "artifacts", **overrides}
     )
-    parts = assemble(settings, pool=db, host_api=kube, storage=None)
+    parts = assemble(settings, pool=compiler_pool or db, host_api=kube, storage=None)
     compiler_client: TestClient[Any, Any] = TestClient(TestServer(parts.app))
     await compiler_client.start_server()
     session = aiohttp.ClientSession()
