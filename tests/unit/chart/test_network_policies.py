@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 
 from tests.unit._network_policy import Address, Endpoint, NetworkPolicies, Pod
-from tests.unit.chart._render import RELEASE, RELEASE_NAMESPACE, render, rendered
+from tests.unit.chart._render import CHART, RELEASE, RELEASE_NAMESPACE, render, rendered
 
 DEPLOYABLES = ("watcher", "apiserver", "compiler", "stagectl", "inference-auth")
 VALUES: dict[str, Any] = {
@@ -117,6 +117,14 @@ def test_on_there_is_a_default_deny_and_one_policy_per_deployable() -> None:
     documents = render(VALUES)
     names = {d["metadata"]["name"] for d in documents if d["kind"] == "NetworkPolicy"}
     assert names == {f"{RELEASE}-default-deny", *(f"{RELEASE}-{d}" for d in DEPLOYABLES)}
+
+
+def test_helm_lint_is_clean_with_the_policies_on() -> None:
+    report: dict[str, Any] = helm.lint(
+        CHART, VALUES, strict=True, namespace=RELEASE_NAMESPACE, kube_version="v1.30.0"
+    )
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
 
 
 @pytest.mark.parametrize("version", ["1.30.0", "1.37.0"])
