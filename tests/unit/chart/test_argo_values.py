@@ -11,6 +11,7 @@ the keys against upstream's own values.yaml (run so when the files or the versio
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,30 @@ def test_the_event_bus_is_default_in_the_events_namespace() -> None:
     assert events == Settings.model_fields["EVENTS_NAMESPACE"].default
     (bus,) = values("argo-events")["extraObjects"]
     assert (bus["kind"], bus["metadata"]) == ("EventBus", {"name": "default", "namespace": events})
+
+
+def test_why_they_are_not_dependencies(tmp_path: Path) -> None:
+    """The chart with argo-workflows declared as an optional dependency, off, not downloaded:
+    Helm's lint warns (so the chart would not lint clean), and Helm's install and template
+    refuse it outright (action.CheckDependencies, whatever the condition)."""
+    chart = tmp_path / "workflow-manager"
+    shutil.copytree(CHART, chart)
+    metadata = yaml.safe_load((chart / "Chart.yaml").read_text())
+    metadata["dependencies"] = [
+        {
+            "name": "argo-workflows",
+            "version": VERSIONS["argo-workflows"],
+            "repository": "https://argoproj.github.io/argo-helm",
+            "condition": "argoWorkflows.enabled",
+        }
+    ]
+    (chart / "Chart.yaml").write_text(yaml.safe_dump(metadata))
+    report = helm.lint(chart, {"argoWorkflows": {"enabled": False}}, kube_version="v1.30.0")
+    assert {
+        "severity": 2,
+        "path": str(chart),
+        "error": "chart directory is missing these dependencies: argo-workflows",
+    } in report["messages"]
 
 
 def _upstream() -> Path:
