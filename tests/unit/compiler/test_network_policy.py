@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from compiler.tenants.provisioning import ProvisioningSpec
-from tests.unit.compiler._specs import BARE, SPEC, one
+from tests.unit._network_policy import Address, NetworkPolicies, Pod
+from tests.unit.compiler._specs import BARE, NAMESPACE, SPEC, objects, one
 
 
 def egress(spec: ProvisioningSpec) -> list[dict[str, Any]]:
@@ -130,3 +131,23 @@ def test_the_tracking_server_rule(host: str, peer: dict[str, Any] | None) -> Non
         assert len(rules) == len(egress(BARE))
     else:
         assert {"to": [peer], "ports": [{"protocol": "TCP", "port": 5000}]} in rules
+
+
+def test_the_tenant_policy_evaluated() -> None:
+    """The same evaluator as the chart's policies (tests/unit/_network_policy.py): what a step
+    pod of the tenant may reach, and who may reach it."""
+    policies = NetworkPolicies(objects(SPEC).values())
+    step = Pod(NAMESPACE, {"workflows.argoproj.io/workflow": "w"}, {"http": 8080})
+    neighbour = Pod(NAMESPACE, {"app": "other-step"}, {"http": 8080})
+    other_tenant = Pod("kubeopera-data-globex", {}, {"http": 8080})
+    assert policies.allows(step, Pod("kube-system", {"k8s-app": "kube-dns"}), 53, "UDP")
+    assert policies.allows(step, neighbour, 8080)
+    assert policies.allows(step, Address("172.18.0.2"), 6443)
+    assert policies.allows(step, Pod("kubeopera-mlflow", {"app": "mlflow"}), 5000)
+    assert policies.allows(step, Address("52.95.1.1"), 443)
+    assert not policies.allows(step, Address("52.95.1.1"), 80)
+    assert not policies.allows(step, Address("10.1.2.3"), 443)  # private: excepted
+    assert not policies.allows(step, Address("172.18.0.3"), 6443)
+    assert not policies.allows(step, other_tenant, 8080)
+    assert not policies.allows(other_tenant, step, 8080)
+    assert not policies.allows(Address("52.95.1.1"), step, 8080)
