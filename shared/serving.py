@@ -47,7 +47,7 @@ ModelFormatName = Literal[
 ]
 MODEL_FORMATS: Final[tuple[str, ...]] = get_args(ModelFormatName)
 # A runtime's supportedModelFormats version: "1", "2", "0.23".
-_FORMAT_VERSION: Final = r"^[0-9]{1,6}(\.[0-9]{1,6}){0,2}$"
+FORMAT_VERSION_PATTERN: Final = r"^[0-9]{1,6}(\.[0-9]{1,6}){0,2}$"
 
 # The bounds of one predictor replica's resources, and of the replicas.
 MIN_CPU_MILLIS: Final = 10
@@ -101,7 +101,7 @@ class ModelFormat(_Model):
     support (KServe then picks only a runtime listing that version)."""
 
     name: ModelFormatName
-    version: Annotated[str, Field(pattern=_FORMAT_VERSION)] | None = None
+    version: Annotated[str, Field(pattern=FORMAT_VERSION_PATTERN)] | None = None
 
 
 class Amounts(_Model):
