@@ -237,6 +237,16 @@ SCHEMAS: dict[str, Any] = {
             "created_by": {"type": "string"},
             "created_at": {"type": "string", "format": "date-time"},
             "commit": {"type": "string", "nullable": True},
+            "stages": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "The ML control stages of its template, in run order.",
+            },
+            "release": {
+                "type": "object",
+                "nullable": True,
+                "description": "The release it was saved with, defaults filled in.",
+            },
         },
     },
     "PipelineVersionList": {

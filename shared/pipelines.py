@@ -42,6 +42,7 @@ from shared.identifiers import (
     RESERVED_SECRET_PREFIX,
     TRIGGER_NAME_PATTERN,
 )
+from shared.serving import Production, Serving, production_errors, serving_errors
 from shared.validation import field_path, invalid_fields
 
 PipelineKind = Literal["data", "ml"]
@@ -53,8 +54,20 @@ _DNS_LABEL: Final = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 _STEP: Final = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
 _METRIC: Final = r"^[^\x00-\x1f]{1,200}$"
 MAX_THRESHOLDS: Final = 20
-# The serving fields a release will take (deployment stages); refused until they exist.
-SERVING_FIELDS: Final = ("deploy", "staging", "production", "canary")
+# Names a release body may reach for that are not its fields, and where that setting lives.
+MISPLACED_FIELDS: Final = {
+    "deploy": "release.serving",
+    "staging": "release.serving",
+    "canary": "release.production.canary_steps",
+}
+# Whether a release may carry ``production`` (a canary to production: canary, analysis and
+# promotion stages). Not until the stage controller carries those stages: a compiled node
+# nobody completes would hang every run. Part three of the ML releases flips it.
+CANARY_RELEASES: Final[bool] = False
+CANARY_REFUSAL: Final = (
+    "canary releases arrive with the canary stage; until then a version reaches production "
+    "through POST /models/{id}/versions/{v}/promote"
+)
 
 ParameterValue = str | int | float | bool
 
@@ -176,13 +189,17 @@ class Approval(_Model):
 
 
 class Release(_Model):
-    """What an ML pipeline's run releases: registered, gated, approved when asked."""
+    """What an ML pipeline's run releases: registered, gated, deployed to staging when it has
+    ``serving``, approved when asked; ``production`` (canary releases) is defined but refused
+    at save while ``CANARY_RELEASES`` is off (``check_release``)."""
 
     model: Annotated[str, Field(pattern=_DNS_LABEL)]
     model_artifact: OutputRef
     scorecard: OutputRef
     gate: Gate
     approval: Approval = Approval()
+    serving: Serving | None = None
+    production: Production | None = None
 
 
 ConcurrencyPolicy = Literal["Allow", "Forbid", "Replace"]
@@ -331,7 +348,7 @@ class PipelineBody(_Model):
 def parse_body(data: object, kind: PipelineKind | None = None) -> PipelineBody:
     """The validated body; ``Invalid`` names every offending field. With ``kind``, also what
     that kind of pipeline may not have (a release on a data pipeline)."""
-    _refuse_serving(data)
+    _refuse_misplaced(data)
     try:
         body = PipelineBody.model_validate(data)
     except ValidationError as exc:
@@ -340,6 +357,7 @@ def parse_body(data: object, kind: PipelineKind | None = None) -> PipelineBody:
         ]
         raise invalid_fields("the pipeline is invalid", errors) from exc
     check_channels(body)
+    check_release(body)
     if kind is not None:
         check_kind(body, kind)
     return body
@@ -371,15 +389,42 @@ def check_kind(body: PipelineBody, kind: PipelineKind) -> None:
         )
 
 
-def _refuse_serving(data: object) -> None:
-    """Deployment fields of a release belong to stages that do not exist yet: a body that asks
-    for them is told so, rather than "extra inputs are not permitted"."""
+def check_release(body: PipelineBody) -> None:
+    """Invalid when the release's fields disagree with each other (``shared.serving``), when
+    ``production`` comes without ``serving`` (a canary is a deployment), or when it comes at
+    all while canary releases are not available (``CANARY_RELEASES``)."""
+    release = body.release
+    if release is None:
+        return
+    errors = serving_errors(release.serving) if release.serving is not None else []
+    if release.production is not None:
+        errors += production_errors(release.production)
+        if release.serving is None:
+            errors.append(
+                {
+                    "field": "release.production",
+                    "message": "a canary release needs release.serving: what to deploy",
+                }
+            )
+    if errors:
+        raise invalid_fields("the release is invalid", errors)
+    if release.production is not None and not CANARY_RELEASES:
+        raise Invalid(
+            f"release.production: {CANARY_REFUSAL}",
+            details={"errors": [{"field": "release.production", "message": CANARY_REFUSAL}]},
+        )
+
+
+def _refuse_misplaced(data: object) -> None:
+    """A release naming a deployment setting where it does not live is told where it does,
+    rather than "extra inputs are not permitted"."""
     release = data.get("release") if isinstance(data, dict) else None
     if not isinstance(release, dict):
         return
-    for name in SERVING_FIELDS:
+    for name, home in MISPLACED_FIELDS.items():
         if name in release:
+            message = f"not a field of a release; this is set in {home}"
             raise Invalid(
-                f"release.{name}: not available yet on this installation",
-                details={"errors": [{"field": f"release.{name}", "message": "not available yet"}]},
+                f"release.{name}: {message}",
+                details={"errors": [{"field": f"release.{name}", "message": message}]},
             )

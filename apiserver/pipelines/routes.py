@@ -21,6 +21,7 @@ from aiohttp import web
 from apiserver.auth import Identity, Permission, identity_of
 from apiserver.paging import parse_cursor, parse_limit
 from apiserver.params import query_params
+from apiserver.pipelines.release_schema import RELEASE_SCHEMA
 from apiserver.routing import API_PREFIX, PAGE, Param, RouteSpec
 from apiserver.runs.query import iso
 from apiserver.services import SERVICES, Services
@@ -89,6 +90,9 @@ def _version_item(row: VersionRow) -> dict[str, Any]:
         "definition": row.definition,
         "template": row.template,
         "commit": row.commit,
+        # The ML control stages its template contains and the release it was saved with.
+        "stages": row.stages,
+        "release": row.settings.get("release"),
     }
 
 
@@ -389,6 +393,7 @@ _PIPELINE_BODY = {
                 },
             },
         },
+        "release": RELEASE_SCHEMA,
     },
 }
 _ERRORS = {400: "Error", 403: "Error", 404: "Error", 409: "Error", 422: "Error", 503: "Error"}

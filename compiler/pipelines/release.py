@@ -9,11 +9,14 @@ platform's control stages appended to it. Purely computational.
 2. once the tenant's part passed, ``check_release``: the steps and artifacts the release names
    must be output artifacts of exactly one task or step, run once (400 naming the field);
 3. ``append_stages``: a DAG ``wm-release-main`` becomes the entrypoint, running the tenant's
-   entrypoint as task ``main``, then ``wm-register``, ``wm-gate`` and, when asked,
-   ``wm-approval`` (only when the gate's verdict is ``passed``), with ``wm-cleanup`` as the
-   exit handler. Each stage is a suspend template with ``valueFrom.supplied`` outputs,
-   annotated ``kubeopera.io/platform-stage``; the stage controller does its work and completes
-   the node through the Argo server (``shared.stages``). Argo's schema then judges the whole;
+   entrypoint as task ``main``, then ``wm-register``, ``wm-gate``, ``wm-deploy`` (with
+   ``serving``: the version to staging) and ``wm-approval`` (when asked), each after the one
+   before and, past the gate, only when its verdict is ``passed``, with ``wm-cleanup`` as the
+   exit handler. The stages that will touch production run only when the gate passed **and**
+   the approval (when asked) approved (``production_condition``, ``stage_task``). Each stage
+   is a suspend template with ``valueFrom.supplied`` outputs, annotated
+   ``kubeopera.io/platform-stage``; the stage controller does its work and completes the node
+   through the Argo server (``shared.stages``). Argo's schema then judges the whole;
 4. ``stages_of`` on the final template: the stages it contains, which the version records.
 
 The tenant's part never holds a stage: the allowlist refuses the reserved names, the annotation
@@ -200,11 +203,60 @@ def _main_task(spec: Mapping[str, Any], entrypoint: Mapping[str, Any]) -> dict[s
 
 
 def stage_list(release: Release) -> list[str]:
-    """The stages a release compiles to, in the order a run reaches them."""
-    wanted = {S.REGISTER, S.GATE, S.CLEANUP} | (
-        {S.APPROVAL} if release.approval.required else set()
-    )
+    """The stages a release compiles to, in the order a run reaches them: deploy with
+    ``serving``, approval when required (``production``, refused at save today, will add the
+    canary's stages after them)."""
+    wanted = {S.REGISTER, S.GATE, S.CLEANUP}
+    if release.serving is not None:
+        wanted.add(S.DEPLOY)
+    if release.approval.required:
+        wanted.add(S.APPROVAL)
     return [stage for stage in S.STAGES if stage in wanted]
+
+
+def approved_condition() -> str:
+    """The approval's decision was ``approved``."""
+    return (
+        f"{{{{tasks.{S.template_name(S.APPROVAL)}.outputs.parameters.{S.DECISION}}}}}"
+        f" == {S.DECISION_APPROVED}"
+    )
+
+
+def production_condition(release: Release) -> str:
+    """The ``when`` of every stage that touches production (canary, analysis, promotion): the
+    gate passed **and**, when the release asks for one, the approval approved. A rejected
+    approval thus ends the release before production; a skipped one (the gate failed) too:
+    such a stage depends on the approval having succeeded (``stage_task``), so its condition
+    is never read off a skipped node."""
+    if release.approval.required:
+        return f"{S.PASSED_CONDITION} && {approved_condition()}"
+    return S.PASSED_CONDITION
+
+
+# The stages that touch production, after approval (part three of the ML releases compiles them
+# once the stage controller carries them and ``shared.pipelines.CANARY_RELEASES`` is on).
+PRODUCTION_STAGES: Final = (S.CANARY, S.ANALYSIS, S.PROMOTION)
+
+
+def stage_task(stage: str, previous: str, release: Release) -> dict[str, Any]:
+    """The DAG task of ``stage`` after the task ``previous``.
+
+    Up to approval: after ``previous`` has ended (Argo's bare ``depends: x`` holds when ``x``
+    succeeded or was skipped) and, past the gate, only when the gate passed. A stage that
+    touches production: only after ``previous`` succeeded (a skipped approval has no decision
+    to read; the ``when`` is never evaluated then) and when ``production_condition`` holds.
+    """
+    task: dict[str, Any] = {
+        "name": S.template_name(stage),
+        "template": S.template_name(stage),
+        "depends": previous,
+    }
+    if stage in PRODUCTION_STAGES:
+        task["depends"] = f"{previous}.Succeeded"
+        task["when"] = production_condition(release)
+    elif S.STAGES.index(stage) > S.STAGES.index(S.GATE):
+        task["when"] = S.PASSED_CONDITION
+    return task
 
 
 def append_stages(document: dict[str, Any], release: Release) -> None:
@@ -223,15 +275,8 @@ def append_stages(document: dict[str, Any], release: Release) -> None:
     for stage in stages:
         if stage == S.CLEANUP:
             continue
-        task: dict[str, Any] = {
-            "name": S.template_name(stage),
-            "template": S.template_name(stage),
-            "depends": previous,
-        }
-        if S.STAGES.index(stage) > S.STAGES.index(S.GATE):
-            task["when"] = S.PASSED_CONDITION
-        tasks.append(task)
-        previous = task["name"]
+        tasks.append(stage_task(stage, previous, release))
+        previous = tasks[-1]["name"]
     spec["templates"] = [
         *spec["templates"],
         {"name": S.RELEASE_ENTRYPOINT, "dag": {"tasks": tasks}},

@@ -15,7 +15,7 @@ from compiler.pipelines.compile import StepLimits
 from compiler.pipelines.definitions import Rendered, Target, render
 from shared import stages as S
 from shared.errors import Invalid, Refused
-from shared.pipelines import parse_body
+from shared.pipelines import Release, parse_body
 from tests.unit.compiler._pipelines import pipeline, step
 
 TARGET = Target(
@@ -144,13 +144,23 @@ def test_a_data_pipeline_has_no_release() -> None:
         render(parse_body(wizard_body()), dataclasses.replace(TARGET, kind="data"))
 
 
-@pytest.mark.parametrize("field", ["deploy", "staging", "production", "canary"])
-def test_serving_fields_are_not_available_yet(field: str) -> None:
+@pytest.mark.parametrize(
+    ("field", "home"),
+    [
+        ("deploy", "release.serving"),
+        ("staging", "release.serving"),
+        ("canary", "release.production.canary_steps"),
+    ],
+)
+def test_a_deployment_setting_in_the_wrong_place_is_told_where_it_lives(
+    field: str, home: str
+) -> None:
     body = wizard_body(release=release(**{field: {"namespace": "x"}}))
     with pytest.raises(Invalid) as exc:
         parse_body(body, "ml")
-    assert exc.value.message == f"release.{field}: not available yet on this installation"
-    assert errors(exc) == [(f"release.{field}", "not available yet")]
+    message = f"not a field of a release; this is set in {home}"
+    assert exc.value.message == f"release.{field}: {message}"
+    assert errors(exc) == [(f"release.{field}", message)]
 
 
 @pytest.mark.parametrize(
@@ -256,40 +266,51 @@ def test_the_scorecard_step_runs_once_by_a_unique_name_in_this_template(
 
 
 # --- the compiled stages ---------------------------------------------------------------------
+SERVING = {"model_format": {"name": "sklearn"}}
+PASSED = "{{tasks.wm-gate.outputs.parameters.verdict}} == passed"
+
+
+@pytest.mark.parametrize("serving", [False, True])
 @pytest.mark.parametrize("approval", [False, True])
-def test_a_wizard_pipeline_with_a_release_ends_with_the_platforms_stages(approval: bool) -> None:
-    result = rendered(wizard_body(release=release(approval={"required": approval})))
+def test_a_wizard_pipeline_with_a_release_ends_with_the_platforms_stages(
+    serving: bool, approval: bool
+) -> None:
+    fields: dict[str, Any] = {"approval": {"required": approval}}
+    if serving:
+        fields["serving"] = SERVING
+    result = rendered(wizard_body(release=release(**fields)))
     spec = result.template["spec"]
-    expected_stages = (
-        ["register", "gate", "approval", "cleanup"]
-        if approval
-        else [
-            "register",
-            "gate",
-            "cleanup",
-        ]
-    )
-    assert result.stages == expected_stages
+    expected_stages = ["register", "gate"]
+    expected_stages += ["deploy"] if serving else []
+    expected_stages += ["approval"] if approval else []
+    assert result.stages == [*expected_stages, "cleanup"]
     assert spec["entrypoint"] == "wm-release-main"
     assert spec["onExit"] == "wm-cleanup"
     by_name = templates(result.template)
     tasks = by_name["wm-release-main"]["dag"]["tasks"]
+    # In the spec's order, each after the one before; past the gate, only when it passed.
     expected_tasks = [
         {"name": "main", "template": "pipeline"},
         {"name": "wm-register", "template": "wm-register", "depends": "main"},
         {"name": "wm-gate", "template": "wm-gate", "depends": "wm-register"},
     ]
+    if serving:
+        expected_tasks.append(
+            {"name": "wm-deploy", "template": "wm-deploy", "depends": "wm-gate", "when": PASSED}
+        )
     if approval:
         expected_tasks.append(
             {
                 "name": "wm-approval",
                 "template": "wm-approval",
-                "depends": "wm-gate",
-                "when": "{{tasks.wm-gate.outputs.parameters.verdict}} == passed",
+                "depends": "wm-deploy" if serving else "wm-gate",
+                "when": PASSED,
             }
         )
     assert tasks == expected_tasks
     outputs = {"register": ["version"], "gate": ["verdict", "reasons"], "cleanup": ["outcome"]}
+    if serving:
+        outputs["deploy"] = ["url"]
     if approval:
         outputs["approval"] = ["decision"]
     for stage, names in outputs.items():
@@ -300,6 +321,7 @@ def test_a_wizard_pipeline_with_a_release_ends_with_the_platforms_stages(approva
             "outputs": {"parameters": [{"name": n, "valueFrom": {"supplied": {}}} for n in names]},
         }
     assert ("wm-approval" in by_name) is approval
+    assert ("wm-deploy" in by_name) is serving
     # The tenant's part is as it was: its DAG and its step templates.
     assert set(by_name) - {f"wm-{s}" for s in outputs} == {
         "wm-release-main",
@@ -307,6 +329,67 @@ def test_a_wizard_pipeline_with_a_release_ends_with_the_platforms_stages(approva
         "step-train",
         "step-evaluate",
     }
+
+
+def test_a_yaml_pipeline_with_serving_deploys_after_the_gate_and_passes_argos_schema() -> None:
+    # render() runs Argo's schema on the final template: a YAML pipeline with every stage of
+    # today passes it, and the version records them in run order.
+    result = rendered(yaml_body(approval={"required": True}, serving=SERVING))
+    assert result.stages == ["register", "gate", "deploy", "approval", "cleanup"]
+    assert R.stages_of(result.template) == result.stages
+    names = [t["name"] for t in templates(result.template)["wm-release-main"]["dag"]["tasks"]]
+    assert names == ["main", "wm-register", "wm-gate", "wm-deploy", "wm-approval"]
+
+
+# --- what part three compiles: the stages that touch production --------------------------------
+def _release(**fields: Any) -> Release:
+    return Release.model_validate(release(serving=SERVING, **fields))
+
+
+def test_production_runs_only_when_the_gate_passed_and_the_approval_approved() -> None:
+    approved = _release(approval={"required": True})
+    condition = (
+        "{{tasks.wm-gate.outputs.parameters.verdict}} == passed"
+        " && {{tasks.wm-approval.outputs.parameters.decision}} == approved"
+    )
+    assert R.production_condition(approved) == condition
+    assert R.approved_condition() == "{{tasks.wm-approval.outputs.parameters.decision}} == approved"
+    # Without an approval, the gate's verdict alone.
+    assert R.production_condition(_release()) == PASSED
+
+
+@pytest.mark.parametrize("stage", [S.CANARY, S.ANALYSIS, S.PROMOTION])
+def test_a_stage_touching_production_waits_for_success_and_both_conditions(stage: str) -> None:
+    approved = _release(approval={"required": True})
+    assert R.stage_task(stage, "wm-approval", approved) == {
+        "name": f"wm-{stage}",
+        "template": f"wm-{stage}",
+        # A skipped approval (the gate failed) never lets it run, nor reads a decision it has not.
+        "depends": "wm-approval.Succeeded",
+        "when": R.production_condition(approved),
+    }
+    assert R.stage_task(stage, "wm-deploy", _release())["depends"] == "wm-deploy.Succeeded"
+    assert R.stage_task(stage, "wm-deploy", _release())["when"] == PASSED
+
+
+def test_stages_up_to_approval_follow_the_one_before_and_past_the_gate_need_it_passed() -> None:
+    plain = _release()
+    assert R.stage_task(S.GATE, "wm-register", plain) == {
+        "name": "wm-gate",
+        "template": "wm-gate",
+        "depends": "wm-register",
+    }
+    for stage in (S.DEPLOY, S.APPROVAL):
+        assert R.stage_task(stage, "x", plain)["when"] == PASSED
+        assert R.stage_task(stage, "x", plain)["depends"] == "x"
+
+
+def test_a_release_compiles_no_stage_that_touches_production_today() -> None:
+    # production is refused at save (CANARY_RELEASES is off); a Release carrying it anyway
+    # compiles to no canary node that nobody would complete.
+    production = {"canary_steps": [10, 50]}
+    carried = Release.model_validate(release(serving=SERVING, production=production))
+    assert R.stage_list(carried) == ["register", "gate", "deploy", "cleanup"]
 
 
 def test_a_yaml_pipeline_with_a_release_passes_its_entrypoints_inputs_on() -> None:
