@@ -249,6 +249,12 @@ class ArgoServer:
             timeout=timeout,
         )
 
+    async def get(self, namespace: str, name: str) -> Json:
+        """The workflow as the Argo server shows it: its nodes hydrated from the controller's
+        database when offloaded, decompressed when compressed. NotFound when it is gone."""
+        path = f"/api/v1/workflows/{quote(namespace, safe='')}/{quote(name, safe='')}"
+        return await self._call("GET", path, None)
+
     async def retry(
         self,
         namespace: str,

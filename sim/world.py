@@ -21,6 +21,7 @@ import structlog
 
 from sim.argo.archive import S3Archive, S3Settings
 from sim.argo.controller import ArgoSimulator
+from sim.argo.node_status import NodeStatusStorage
 from sim.argo.restrictions import STRICT
 from sim.argo.samples import install_samples, submit_sample_workflows
 from sim.argo.server import (
@@ -241,10 +242,13 @@ def _start_data_argo(
     default location; the instance ID is ARGO_DATA_INSTANCE_ID's default)."""
     store = cluster.store
     _ensure_argo_service(store, DATA_ARGO_NAMESPACE, DATA_ARGO_SERVICE)
-    cluster.data_server = ArgoServer(store, instance_id=DATA_INSTANCE_ID)
+    # One node storage for the controller and its server, as Argo's share the offload table.
+    node_status = NodeStatusStorage()
+    cluster.data_server = ArgoServer(store, instance_id=DATA_INSTANCE_ID, node_status=node_status)
     cluster.data_server.register(namespace=DATA_ARGO_NAMESPACE, service=DATA_ARGO_SERVICE)
     cluster.data_argo = ArgoSimulator(
         store,
+        node_status=node_status,
         tick=tick,
         archive=archive,
         pod_gc_delay=pod_gc_delay,

@@ -25,7 +25,7 @@ from shared.logging import get_logger
 from shared.queueing import Pending
 from stagectl import metrics
 from stagectl.stages import StageWork
-from stagectl.workflow import WaitingStage, unhandled_exit, waiting_stages
+from stagectl.workflow import WaitingStage, needs_fetch, unhandled_exit, waiting_stages
 
 log = get_logger(__name__)
 
@@ -91,7 +91,7 @@ class Dispatcher:
 
     def _has_work(self, key: WorkflowKey, pending: Pending[Any]) -> bool:
         value = pending.value
-        if isinstance(value, Mapping) and stages_of(value):
+        if isinstance(value, Mapping) and (needs_fetch(value) or stages_of(value)):
             return True
         if key in self._failures and not isinstance(value, Mapping):
             self._failures.pop(key, None)
@@ -107,6 +107,17 @@ class Dispatcher:
         if isinstance(value, Deleted) or not isinstance(value, Mapping):
             self._failures.pop(key, None)
             return True
+        if needs_fetch(value):
+            try:
+                value = await self._work.fetch(key[1], key[2])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("stage_fetch_failed", namespace=key[1], workflow=key[2], error=str(exc))
+                return False
+            if value is None:  # gone meanwhile
+                self._failures.pop(key, None)
+                return True
         for waiting in stages_of(value):
             try:
                 await self._work.handle(value, waiting, seen_at=pending.first_seen)

@@ -34,6 +34,7 @@ from shared.argo import ArgoServer
 from shared.db.pipelines import PipelineReader, PipelineRow, VersionRow
 from shared.db.registry import ApprovalRow, RunRef, StageOutcome, VersionChange, VersionState
 from shared.db.registry_store import RegistryStore
+from shared.errors import NotFound
 from shared.logging import get_logger
 from stagectl import admission, metrics
 from stagectl.argo_nodes import complete
@@ -78,6 +79,14 @@ class StageWork:
         # (run uid, stage) -> the resourceVersion our completion produced: an older copy of the
         # workflow still shows the node waiting and needs nothing more.
         self._completed: OrderedDict[tuple[str, str], int] = OrderedDict()
+
+    async def fetch(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The workflow as the Argo server shows it (its offloaded nodes hydrated); None when
+        it is gone."""
+        try:
+            return await self._argo.get(namespace, name)
+        except NotFound:
+            return None
 
     # --- one waiting node -------------------------------------------------------------------
     async def handle(

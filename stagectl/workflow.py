@@ -1,8 +1,10 @@
 """What the stage controller reads of an Argo ``Workflow``: who it is, which pipeline version it
 claims to run, the control stages waiting on it, and the artifacts its steps produced.
 
-Purely computational, no side effects. The document comes from the host's API server and is
-read defensively: a field of the wrong type reads as absent, never as an exception. Its labels
+Purely computational, no side effects. The document comes from the host's API server (or, when
+Argo offloaded its nodes, the Argo server) and is read through ``shared.argo_status``, the one
+reader of Argo's workflows: a field of the wrong type reads as absent, never as an exception,
+and compressed nodes are decoded. Its labels
 and annotations are the tenant's to set, so nothing here decides anything: ``admission`` judges
 the claims against the pipeline version in our own database.
 """
@@ -15,6 +17,7 @@ from typing import Any, Final
 
 from shared import labels as L
 from shared import stages as S
+from shared.argo_status import as_mapping, as_sequence, nodes_of, offloaded, string
 
 # Where the platform puts each stage's node (the release DAG's tasks, the exit handler).
 EXIT_NODE_SUFFIX: Final = ".onExit"
@@ -25,18 +28,6 @@ MLFLOW_RUN_LABEL: Final = "kubeopera.io/mlflow-run-id"
 # The stages this controller does today; a node of any other stage is left alone.
 HANDLED_STAGES: Final = (S.REGISTER, S.GATE, S.APPROVAL, S.CLEANUP)
 _TEMPLATE_STAGES: Final = {S.template_name(stage): stage for stage in HANDLED_STAGES}
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +84,9 @@ def _int(value: object) -> int | None:
 
 def _parameters(spec: Mapping[str, Any]) -> dict[str, str]:
     found: dict[str, str] = {}
-    for param in _list(_mapping(spec.get("arguments")).get("parameters")):
-        param = _mapping(param)
-        name, value = _text(param.get("name")), param.get("value")
+    for param in as_sequence(as_mapping(spec.get("arguments")).get("parameters")):
+        param = as_mapping(param)
+        name, value = string(param.get("name")), param.get("value")
         if name is not None and isinstance(value, str | int | float | bool):
             found[name] = str(value)
     return found
@@ -103,13 +94,13 @@ def _parameters(spec: Mapping[str, Any]) -> dict[str, str]:
 
 def _input_artifacts(spec: Mapping[str, Any]) -> list[dict[str, str]]:
     found = []
-    for artifact in _list(_mapping(spec.get("arguments")).get("artifacts")):
-        artifact = _mapping(artifact)
-        name = _text(artifact.get("name"))
+    for artifact in as_sequence(as_mapping(spec.get("arguments")).get("artifacts")):
+        artifact = as_mapping(artifact)
+        name = string(artifact.get("name"))
         if name is None:
             continue
         entry = {"name": name}
-        key = _text(_mapping(artifact.get("s3")).get("key"))
+        key = string(as_mapping(artifact.get("s3")).get("key"))
         if key is not None:
             entry["key"] = key
         found.append(entry)
@@ -118,32 +109,34 @@ def _input_artifacts(spec: Mapping[str, Any]) -> list[dict[str, str]]:
 
 def read_run(workflow: Mapping[str, Any]) -> RunFacts | None:
     """The facts of ``workflow``; None without an identity (namespace, name, uid)."""
-    metadata = _mapping(workflow.get("metadata"))
-    namespace, name, uid = (_text(metadata.get(key)) for key in ("namespace", "name", "uid"))
+    metadata = as_mapping(workflow.get("metadata"))
+    namespace, name, uid = (string(metadata.get(key)) for key in ("namespace", "name", "uid"))
     if namespace is None or name is None or uid is None:
         return None
-    labels = {k: v for k, v in _mapping(metadata.get("labels")).items() if isinstance(v, str)}
-    annotations = _mapping(metadata.get("annotations"))
-    spec = _mapping(workflow.get("spec"))
-    status = _mapping(workflow.get("status"))
-    ref = _mapping(spec.get("workflowTemplateRef"))
-    stored = _mapping(status.get("storedWorkflowTemplateSpec"))
+    labels = {k: v for k, v in as_mapping(metadata.get("labels")).items() if isinstance(v, str)}
+    annotations = as_mapping(metadata.get("annotations"))
+    spec = as_mapping(workflow.get("spec"))
+    status = as_mapping(workflow.get("status"))
+    ref = as_mapping(spec.get("workflowTemplateRef"))
+    stored = as_mapping(status.get("storedWorkflowTemplateSpec"))
     # What the run was given: the template's defaults under the submitter's overrides.
     parameters = {**_parameters(stored), **_parameters(spec)}
-    repository = _mapping(_mapping(status.get("artifactRepositoryRef")).get("artifactRepository"))
+    repository = as_mapping(
+        as_mapping(status.get("artifactRepositoryRef")).get("artifactRepository")
+    )
     return RunFacts(
         namespace=namespace,
         name=name,
         uid=uid,
         resource_version=_int(metadata.get("resourceVersion")) or 0,
-        pipeline_id=_text(labels.get(L.PIPELINE_ID)),
+        pipeline_id=string(labels.get(L.PIPELINE_ID)),
         pipeline_version=_int(labels.get(L.PIPELINE_VERSION)),
-        template_ref=None if ref.get("clusterScope") else _text(ref.get("name")),
-        entrypoint=_text(spec.get("entrypoint")),
-        creator=_text(annotations.get(L.ARGO_CREATOR)) or _text(labels.get(L.ARGO_CREATOR)),
-        phase=_text(status.get("phase")),
-        shutdown=_text(spec.get("shutdown")),
-        repository_bucket=_text(_mapping(repository.get("s3")).get("bucket")),
+        template_ref=None if ref.get("clusterScope") else string(ref.get("name")),
+        entrypoint=string(spec.get("entrypoint")),
+        creator=string(annotations.get(L.ARGO_CREATOR)) or string(labels.get(L.ARGO_CREATOR)),
+        phase=string(status.get("phase")),
+        shutdown=string(spec.get("shutdown")),
+        repository_bucket=string(as_mapping(repository.get("s3")).get("bucket")),
         parameters=parameters,
         input_artifacts=_input_artifacts(stored) + _input_artifacts(spec),
         labels=labels,
@@ -151,7 +144,20 @@ def read_run(workflow: Mapping[str, Any]) -> RunFacts | None:
 
 
 def _nodes(workflow: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(_mapping(workflow.get("status")).get("nodes"))
+    """The nodes, plain or compressed (``shared.argo_status``); none when offloaded."""
+    return nodes_of(workflow)
+
+
+def needs_fetch(workflow: Mapping[str, Any]) -> bool:
+    """Whether this copy of the workflow lacks its nodes (Argo offloaded them) while a stage may
+    wait on it (it runs, or was terminated and may need its cleanup): only the Argo server's GET
+    shows the nodes, so the controller reads the workflow there."""
+    if not offloaded(workflow):
+        return False
+    phase = as_mapping(workflow.get("status")).get("phase")
+    return phase not in FINISHED_PHASES or as_mapping(workflow.get("spec")).get("shutdown") == (
+        "Terminate"
+    )
 
 
 def waiting_stages(workflow: Mapping[str, Any]) -> list[WaitingStage]:
@@ -159,11 +165,11 @@ def waiting_stages(workflow: Mapping[str, Any]) -> list[WaitingStage]:
     name order. Whether the platform really put them there is for ``admission`` to judge."""
     found = []
     for node_id, node in _nodes(workflow).items():
-        node = _mapping(node)
+        node = as_mapping(node)
         stage = _TEMPLATE_STAGES.get(str(node.get("templateName")))
         if stage is None or node.get("type") != "Suspend" or node.get("phase") != "Running":
             continue
-        name = _text(node.get("name"))
+        name = string(node.get("name"))
         if name is None or not isinstance(node_id, str):
             continue
         found.append(WaitingStage(stage=stage, node_id=node_id, node_name=name))
@@ -175,17 +181,17 @@ def unhandled_exit(workflow: Mapping[str, Any]) -> WaitingStage | None:
     (Argo runs no exit handler then) whose template's exit handler is the platform's. It has no
     node to complete (``node_id`` is empty); the controller still records how its release ended
     and removes what it left behind."""
-    metadata = _mapping(workflow.get("metadata"))
-    name = _text(metadata.get("name"))
-    spec = _mapping(workflow.get("spec"))
-    status = _mapping(workflow.get("status"))
-    stored = _mapping(status.get("storedWorkflowTemplateSpec"))
+    metadata = as_mapping(workflow.get("metadata"))
+    name = string(metadata.get("name"))
+    spec = as_mapping(workflow.get("spec"))
+    status = as_mapping(workflow.get("status"))
+    stored = as_mapping(status.get("storedWorkflowTemplateSpec"))
     if name is None or status.get("phase") not in FINISHED_PHASES:
         return None
     if spec.get("shutdown") != "Terminate" or stored.get("onExit") != S.template_name(S.CLEANUP):
         return None
     exit_node = stage_node_name(name, S.CLEANUP)
-    if any(_mapping(node).get("name") == exit_node for node in _nodes(workflow).values()):
+    if any(as_mapping(node).get("name") == exit_node for node in _nodes(workflow).values()):
         return None
     return WaitingStage(stage=S.CLEANUP, node_id="", node_name=exit_node)
 
@@ -202,10 +208,10 @@ def step_node(workflow: Mapping[str, Any], step: str) -> Mapping[str, Any] | Non
     """The node of the tenant's task or step named ``step`` (a retried step's node carries its
     last attempt's outputs): the one that succeeded, else any."""
     candidates = [
-        _mapping(node)
+        as_mapping(node)
         for node in _nodes(workflow).values()
-        if _mapping(node).get("displayName") == step
-        and _mapping(node).get("type") in ("Pod", "Retry")
+        if as_mapping(node).get("displayName") == step
+        and as_mapping(node).get("type") in ("Pod", "Retry")
     ]
     succeeded = [node for node in candidates if node.get("phase") == "Succeeded"]
     chosen = succeeded or candidates
@@ -213,21 +219,21 @@ def step_node(workflow: Mapping[str, Any], step: str) -> Mapping[str, Any] | Non
 
 
 def output_artifact(node: Mapping[str, Any], artifact: str) -> Artifact | None:
-    for entry in _list(_mapping(node.get("outputs")).get("artifacts")):
-        entry = _mapping(entry)
+    for entry in as_sequence(as_mapping(node.get("outputs")).get("artifacts")):
+        entry = as_mapping(entry)
         if entry.get("name") != artifact:
             continue
-        s3 = _mapping(entry.get("s3"))
-        key = _text(s3.get("key"))
+        s3 = as_mapping(entry.get("s3"))
+        key = string(s3.get("key"))
         if key is None:
             return None
-        return Artifact(name=artifact, key=key, bucket=_text(s3.get("bucket")))
+        return Artifact(name=artifact, key=key, bucket=string(s3.get("bucket")))
     return None
 
 
 def output_parameter(node: Mapping[str, Any], name: str) -> str | None:
-    for entry in _list(_mapping(node.get("outputs")).get("parameters")):
-        entry = _mapping(entry)
+    for entry in as_sequence(as_mapping(node.get("outputs")).get("parameters")):
+        entry = as_mapping(entry)
         if entry.get("name") == name and isinstance(entry.get("value"), str):
             return str(entry["value"])
     return None
@@ -236,18 +242,18 @@ def output_parameter(node: Mapping[str, Any], name: str) -> str | None:
 def root_phase(workflow: Mapping[str, Any]) -> str | None:
     """The phase of the workflow's root node: how the run's own work ended, before its exit
     handler (which the workflow's phase still waits for)."""
-    metadata = _mapping(workflow.get("metadata"))
+    metadata = as_mapping(workflow.get("metadata"))
     name = metadata.get("name")
     for node in _nodes(workflow).values():
-        node = _mapping(node)
+        node = as_mapping(node)
         if node.get("name") == name and node.get("id") == name:
-            return _text(node.get("phase"))
+            return string(node.get("phase"))
     return None
 
 
 def node_phase(workflow: Mapping[str, Any], node_name: str) -> str | None:
     for node in _nodes(workflow).values():
-        node = _mapping(node)
+        node = as_mapping(node)
         if node.get("name") == node_name:
-            return _text(node.get("phase"))
+            return string(node.get("phase"))
     return None

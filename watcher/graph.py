@@ -10,11 +10,8 @@ clean ASCII string, costs no extra call.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import heapq
 import json
-import zlib
 from collections.abc import Mapping
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
@@ -22,10 +19,10 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from shared import labels as L
+from shared.argo_status import MAX_DECOMPRESSED_NODES_BYTES, status_nodes
 from shared.runs import JSONObject, JSONValue
 from watcher.reading import (
     ARRAY_TYPES,
-    EMPTY,
     TRUNCATION_MARKER,
     as_mapping,
     as_sequence,
@@ -54,8 +51,6 @@ MAX_GRAPH_NODES: Final = 2000
 MAX_GRAPH_BYTES: Final = 1 << 20
 MAX_MESSAGE_BYTES: Final = 4 << 10
 MAX_PARAMETER_BYTES: Final = 16 << 10
-# status.compressedNodes is gzip+base64; refuse to inflate more than this (a zip bomb is cheap).
-MAX_DECOMPRESSED_NODES_BYTES: Final = 64 << 20
 
 _FAILED_NODE_PHASES: Final = frozenset({"Failed", "Error"})
 _ACTIVE_NODE_PHASES: Final = frozenset({"Running", "Pending"})
@@ -101,7 +96,7 @@ def encoded_graph(
     """The graph of a workflow's status (compact nodes, bounded, with counts over every node)
     and its compact UTF-8 JSON, at most ``max_bytes`` long. The size check needs the encoding
     anyway, so the store is handed it instead of encoding the graph again."""
-    nodes, nodes_source = _status_nodes(status)
+    nodes, nodes_source = status_nodes(status)
     repository_ref = status.get("artifactRepositoryRef")
     context = _NodeContext(
         workflow_name=workflow_name,
@@ -278,33 +273,6 @@ def _bounded_nodes(
             else:
                 del node["children"]
     return [node for node in kept]
-
-
-def _status_nodes(status: Mapping[str, object]) -> tuple[Mapping[str, object], str]:
-    nodes = status.get("nodes")
-    if isinstance(nodes, Mapping) and nodes:
-        return nodes, "nodes"
-    compressed = status.get("compressedNodes")
-    if isinstance(compressed, str) and compressed:
-        decoded = _decompress_nodes(compressed)
-        return (decoded, "compressedNodes") if decoded is not None else (EMPTY, "unreadable")
-    if text(status.get("offloadNodeStatusVersion")):
-        # Offloaded to Argo's own database: the controller's persistence, not ours to read.
-        return EMPTY, "offloaded"
-    return EMPTY, "nodes"
-
-
-def _decompress_nodes(encoded: str) -> Mapping[str, object] | None:
-    try:
-        packed = base64.b64decode(encoded)
-        inflater = zlib.decompressobj(wbits=47)  # gzip or zlib header, detected
-        inflated = inflater.decompress(packed, MAX_DECOMPRESSED_NODES_BYTES)
-        if inflater.unconsumed_tail:
-            return None
-        decoded = json.loads(inflated)
-    except (binascii.Error, zlib.error, ValueError, RecursionError):
-        return None
-    return decoded if isinstance(decoded, Mapping) else None
 
 
 # --- compact nodes ----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Defensive readers of Kubernetes JSON, shared by ``watcher.normalise`` and ``watcher.graph``.
 
 Purely computational, no side effects: no I/O, no clock, no logging. A field of the wrong type
-reads as absent (``as_mapping``, ``as_sequence``, ``text``); text is made storable in PostgreSQL
+reads as absent (``as_mapping``, ``as_sequence``: ``shared.argo_status``'s, the one reader of
+Argo's workflows, re-exported here; ``text``); text is made storable in PostgreSQL
 (``clean``: no NUL characters, no lone surrogates) and bounded (``trim``); RFC 3339 timestamps
 are read (``parse_timestamp``) and written back in UTC (``timestamp_text``). These run on every
 watch event, many times per node: the common case, a clean ASCII string, costs no extra call.
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Final, TypeGuard
+from typing import Final
+
+from shared.argo_status import ARRAY_TYPES, EMPTY, as_mapping, as_sequence, is_mapping
 
 __all__ = [
     "ARRAY_TYPES",
@@ -31,9 +33,6 @@ __all__ = [
 ]
 
 TRUNCATION_MARKER: Final = "…[truncated]"
-EMPTY: Final[Mapping[str, object]] = {}
-# A JSON array: a tuple of types, since isinstance(x, list | tuple) builds the union every time.
-ARRAY_TYPES: Final = (list, tuple)
 _RFC3339: Final = re.compile(
     r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}:\d{2})?", re.ASCII
 )
@@ -73,23 +72,6 @@ def timestamp_text(value: object) -> str | None:
         return value
     parsed = parse_timestamp(value)
     return parsed.isoformat().replace("+00:00", "Z") if parsed is not None else None
-
-
-def is_mapping(value: object) -> TypeGuard[Mapping[str, object]]:
-    """A JSON object; the exact-type test first (isinstance against the ABC is slow)."""
-    return type(value) is dict or isinstance(value, Mapping)
-
-
-def as_mapping(value: object) -> Mapping[str, object]:
-    """value if a JSON object, else an empty one."""
-    if type(value) is dict:
-        return value
-    return value if value is not None and isinstance(value, Mapping) else EMPTY
-
-
-def as_sequence(value: object) -> Sequence[object]:
-    """value if a JSON array, else an empty one."""
-    return value if isinstance(value, ARRAY_TYPES) else ()
 
 
 def text(value: object) -> str | None:

@@ -33,6 +33,7 @@ from sim.argo.naming import (
     iso,
     parse_iso,
 )
+from sim.argo.node_status import NodeStatusStorage
 from sim.argo.restrictions import (
     TemplateReferencing,
     instance_selector,
@@ -70,8 +71,10 @@ class ArgoSimulator:
         key_format: str = DEFAULT_KEY_FORMAT,
         instance_id: str | None = None,
         template_referencing: TemplateReferencing | None = None,
+        node_status: NodeStatusStorage | None = None,
     ) -> None:
         self.store = store
+        self.node_status = node_status or NodeStatusStorage()
         self.instance_id = instance_id or None
         self.template_referencing = template_referencing
         self.tick = tick
@@ -196,7 +199,7 @@ class ArgoSimulator:
     async def _reconcile(self, key: Key, now: float) -> None:
         namespace, name = key
         try:
-            workflow = self.store.get(self.workflows, namespace, name)
+            workflow = self.node_status.unpack(self.store.get(self.workflows, namespace, name))
         except ApiError as error:
             if error.status == 404:
                 self._active.discard(key)
@@ -246,7 +249,12 @@ class ArgoSimulator:
     def _write(self, workflow: Obj) -> bool:
         metadata = workflow["metadata"]
         try:
-            self.store.replace(self.workflows, metadata["namespace"], metadata["name"], workflow)
+            self.store.replace(
+                self.workflows,
+                metadata["namespace"],
+                metadata["name"],
+                self.node_status.pack(workflow),
+            )
         except ApiError as error:
             if error.status in (404, 409):
                 return False  # changed or deleted meanwhile: the next tick re-reads it

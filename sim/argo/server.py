@@ -26,6 +26,7 @@ from sim.argo.naming import (
     LABEL_WORKFLOW_TEMPLATE,
     Obj,
 )
+from sim.argo.node_status import NodeStatusStorage
 from sim.argo.restrictions import (
     instance_selector,
     label_instance,
@@ -110,8 +111,10 @@ class ArgoServer:
         *,
         clock: Callable[[], float] = time.time,
         instance_id: str | None = None,
+        node_status: NodeStatusStorage | None = None,
     ) -> None:
         self.store = store
+        self.node_status = node_status or NodeStatusStorage()
         self.clock = clock
         self.instance_id = instance_id or None
         self.workflows = store.resolve("argoproj.io", "v1alpha1", "workflows")
@@ -187,14 +190,15 @@ class ArgoServer:
 
     def _get(self, args: dict[str, str]) -> Obj:
         """The workflow, if this server's instance manages it (InvalidArgument otherwise)."""
-        workflow = self.store.get(self.workflows, args["ns"], args["name"])
+        workflow = self.node_status.unpack(self.store.get(self.workflows, args["ns"], args["name"]))
         if not manages(workflow["metadata"].get("labels"), self.instance_id):
             raise ActionError(actions.INVALID_ARGUMENT, not_managed_message(args["name"]))
         return workflow
 
     def _save(self, workflow: Obj) -> Obj:
         metadata = workflow["metadata"]
-        return self.store.replace(self.workflows, metadata["namespace"], metadata["name"], workflow)
+        packed = self.node_status.pack(workflow)
+        return self.store.replace(self.workflows, metadata["namespace"], metadata["name"], packed)
 
     # -- routes -------------------------------------------------------------------------------
 
@@ -380,7 +384,7 @@ class ArgoServer:
             )
             raise
         saved = self._save(workflow)
-        after = _node_states(saved)
+        after = _node_states(self.node_status.unpack(saved))
         completed = tuple(
             nid
             for nid, (phase, _) in after.items()

@@ -136,10 +136,15 @@ class ReleaseStack:
         assert status in (200, 201), started
         return str(started["workflow"]["name"])
 
-    def workflow(self, name: str) -> Obj:
+    def stored_workflow(self, name: str) -> Obj:
+        """The workflow as the host's API server holds it (its nodes maybe packed)."""
         store = self.stack.world.host.store
         found: Obj = store.get(store.resolve(*WORKFLOWS), NS, name)
         return found
+
+    def workflow(self, name: str) -> Obj:
+        """The workflow as the Argo server shows it: its nodes in ``status.nodes``."""
+        return self.data_server.node_status.unpack(self.stored_workflow(name))
 
     def node(self, name: str, template: str) -> Obj | None:
         nodes = self.workflow(name).get("status", {}).get("nodes", {}).values()
