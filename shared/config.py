@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import sys
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BeforeValidator, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
@@ -24,6 +24,10 @@ _LABEL_VALUE = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])
 _HOST_PORT = re.compile(
     r"^(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}"
     r"|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"
+)
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
 PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 
@@ -162,6 +166,15 @@ class Settings(BaseSettings):
     STAGE_APPROVAL_TIMEOUT: Seconds = 72 * 3600.0
     STAGE_CONCURRENCY: int = Field(default=128, ge=1, le=1024)
     STAGE_SWEEP_INTERVAL: Seconds = 30.0
+    # Model serving (stagectl.serving): how a deployment is published, "ingress-nginx" (an
+    # Ingress with auth-url) or "gateway-api" (an HTTPRoute with an Envoy Gateway
+    # SecurityPolicy); the Gateway its HTTPRoutes attach to, as <namespace>/<name>; the
+    # ingress class of its Ingresses (None: the cluster's default class); the namespace of
+    # the Prometheus that scrapes the model servers' queue-proxy metrics.
+    ML_SERVING_ROUTE: Literal["ingress-nginx", "gateway-api"] = "ingress-nginx"
+    ML_SERVING_GATEWAY: str = "envoy-gateway-system/workflow-manager-inference"
+    ML_SERVING_INGRESS_CLASS: str | None = None
+    ML_SERVING_METRICS_NAMESPACE: str = "monitoring"
 
     @field_validator("LOG_LEVEL")
     @classmethod
@@ -175,6 +188,21 @@ class Settings(BaseSettings):
     def _label_value(cls, value: str) -> str:
         if not _LABEL_VALUE.match(value):
             raise ValueError("expected a label value: up to 63 letters, digits, '-', '_' or '.'")
+        return value
+
+    @field_validator("ML_SERVING_GATEWAY")
+    @classmethod
+    def _gateway(cls, value: str) -> str:
+        namespace, slash, name = value.partition("/")
+        if not slash or not _DNS_LABEL.match(namespace) or not _DNS_SUBDOMAIN.match(name):
+            raise ValueError("expected <namespace>/<name> of a Gateway")
+        return value
+
+    @field_validator("ML_SERVING_METRICS_NAMESPACE")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        if not _DNS_LABEL.match(value):
+            raise ValueError("expected a namespace name")
         return value
 
     @field_validator("GIT_DENY_CIDRS")

@@ -15,10 +15,11 @@ segments after ``AUTH_PATH``, then the end, ``/`` (Envoy's appended client path,
 ``?``. Anything else names no deployment (None), and the check refuses it.
 
 This module is the one place that builds the per-route objects (``inference_ingress``,
-``security_policy``). The token never reaches the model: the Ingress lists ``Authorization``
-in ``auth-response-headers`` (ingress-nginx then sets the proxied ``Authorization`` to the auth
-response's, which the check never sends, and nginx drops an empty header), and the check's 200
-carries ``x-envoy-auth-headers-to-remove: authorization`` for Envoy. Pure: no I/O.
+``inference_http_route``, ``security_policy``). The token never reaches the model: the
+Ingress lists ``Authorization`` in ``auth-response-headers`` (ingress-nginx then sets the
+proxied ``Authorization`` to the auth response's, which the check never sends, and nginx
+drops an empty header), and the check's 200 carries ``x-envoy-auth-headers-to-remove:
+authorization`` for Envoy. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -138,10 +139,12 @@ def inference_ingress(
     port: int,
     ingress_class: str | None = None,
     tls_secret: str | None = None,
+    upstream_vhost: str | None = None,
 ) -> dict[str, Any]:
     """The deployment's Ingress (networking.k8s.io/v1): ``host`` (its endpoint host, from
-    ``shared.inference_tokens.endpoint_host``) routed to ``service:port`` behind the check."""
-    name = f"inference-{ref.model}-{ref.environment}"
+    ``shared.inference_tokens.endpoint_host``) routed to ``service:port`` behind the check.
+    ``upstream_vhost`` is the ``Host`` sent upstream (a Knative gateway routes on it)."""
+    name = route_name(ref)
     spec: dict[str, Any] = {
         "rules": [
             {
@@ -162,16 +165,78 @@ def inference_ingress(
         spec["ingressClassName"] = ingress_class
     if tls_secret is not None:
         spec["tls"] = [{"hosts": [host], "secretName": tls_secret}]
+    annotations = ingress_annotations(ref, auth_url=auth_url)
+    if upstream_vhost is not None:
+        annotations[_ANNOTATION + "upstream-vhost"] = upstream_vhost
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "Ingress",
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "annotations": ingress_annotations(ref, auth_url=auth_url),
+            "annotations": annotations,
         },
         "spec": spec,
     }
+
+
+def route_name(ref: DeploymentRef) -> str:
+    """``inference-<model>-<environment>``: the name of the deployment's Ingress, HTTPRoute
+    and SecurityPolicy (at most 79 characters, within the 253 of an object name)."""
+    check_deployment(tenant=ref.tenant, model=ref.model, environment=ref.environment)
+    return f"inference-{ref.model}-{ref.environment}"
+
+
+def inference_http_route(
+    ref: DeploymentRef,
+    *,
+    host: str,
+    namespace: str,
+    gateway_namespace: str,
+    gateway: str,
+    service: str,
+    service_namespace: str,
+    port: int,
+    upstream_host: str,
+) -> dict[str, Any]:
+    """The deployment's HTTPRoute (gateway.networking.k8s.io/v1), attached to the Gateway
+    ``gateway_namespace/gateway``: ``host`` to ``service_namespace/service:port`` with the
+    ``Host`` rewritten to ``upstream_host``. The check is the SecurityPolicy targeting it
+    (``security_policy``), which also removes the client's token; a backend in another
+    namespace needs a ReferenceGrant there."""
+    backend: dict[str, Any] = {"name": service, "port": port}
+    if service_namespace != namespace:
+        backend["namespace"] = service_namespace
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": route_name(ref), "namespace": namespace},
+        "spec": {
+            "parentRefs": [{"name": gateway, "namespace": gateway_namespace}],
+            "hostnames": [host],
+            "rules": [
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                    "filters": [{"type": "URLRewrite", "urlRewrite": {"hostname": upstream_host}}],
+                    "backendRefs": [backend],
+                }
+            ],
+        },
+    }
+
+
+def auth_service(auth_url: str) -> tuple[str, str, int]:
+    """(name, namespace, port) of the check's Service named by ``INFERENCE_AUTH_URL``;
+    ValueError unless its host is ``<service>.<namespace>.svc[.cluster.local]``."""
+    parts = urlsplit(check_auth_url(auth_url))
+    match = _SERVICE_HOST.fullmatch(parts.hostname or "")
+    if match is None:
+        raise ValueError(
+            "INFERENCE_AUTH_URL: Envoy Gateway needs the check's Service as "
+            "<service>.<namespace>.svc[.cluster.local]"
+        )
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return match.group("name"), match.group("namespace"), port
 
 
 def security_policy(
@@ -181,19 +246,11 @@ def security_policy(
     namespace): HTTP ext_authz to the check's Service (from ``INFERENCE_AUTH_URL``, which must
     then name it as ``<service>.<namespace>.svc[.cluster.local]``), with ``path`` naming the
     deployment. In another namespace than the route's, the Service needs a ReferenceGrant."""
-    base = check_auth_url(auth_url)
-    parts = urlsplit(base)
-    match = _SERVICE_HOST.fullmatch(parts.hostname or "")
-    if match is None:
-        raise ValueError(
-            "INFERENCE_AUTH_URL: Envoy Gateway needs the check's Service as "
-            "<service>.<namespace>.svc[.cluster.local]"
-        )
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    service, service_namespace, port = auth_service(auth_url)
     return {
         "apiVersion": "gateway.envoyproxy.io/v1alpha1",
         "kind": "SecurityPolicy",
-        "metadata": {"name": f"inference-{ref.model}-{ref.environment}", "namespace": namespace},
+        "metadata": {"name": route_name(ref), "namespace": namespace},
         "spec": {
             "targetRefs": [
                 {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": route}
@@ -205,8 +262,8 @@ def security_policy(
                 "http": {
                     "backendRefs": [
                         {
-                            "name": match.group("name"),
-                            "namespace": match.group("namespace"),
+                            "name": service,
+                            "namespace": service_namespace,
                             "port": port,
                         }
                     ],

@@ -75,5 +75,11 @@ PROVISIONING_SPEC_HASH: Final = "kubeopera.io/provisioning-spec-hash"
 # Pod Security admission (namespace labels).
 POD_SECURITY_ENFORCE: Final = "pod-security.kubernetes.io/enforce"
 POD_SECURITY_ENFORCE_VERSION: Final = "pod-security.kubernetes.io/enforce-version"
+POD_SECURITY_WARN: Final = "pod-security.kubernetes.io/warn"
+POD_SECURITY_WARN_VERSION: Final = "pod-security.kubernetes.io/warn-version"
+POD_SECURITY_AUDIT: Final = "pod-security.kubernetes.io/audit"
+POD_SECURITY_AUDIT_VERSION: Final = "pod-security.kubernetes.io/audit-version"
+# Set by the API server on every namespace (network policies select namespaces by it).
+NAMESPACE_NAME: Final = "kubernetes.io/metadata.name"
 # Argo: the Secret holding a service account's token, when it is not found by name.
 ARGO_SERVICE_ACCOUNT_TOKEN_NAME: Final = "workflows.argoproj.io/service-account-token.name"

@@ -1,0 +1,1 @@
+"""Model serving: the objects a deployment writes on the host cluster, and their I/O."""
