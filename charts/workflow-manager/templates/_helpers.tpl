@@ -2,6 +2,87 @@
 app.kubernetes.io/name: workflow-manager
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* What selects one deployable's pods (Deployment, Service, PDB, spread). Called with
+(list $ <deployable>). */}}
+{{- define "wm.selectorLabels" -}}
+app.kubernetes.io/instance: {{ (index . 0).Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* One deployable's labels: the release's and its component. (list $ <deployable>) */}}
+{{- define "wm.componentLabels" -}}
+{{ include "wm.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* The deployables, in a fixed order, and what sets them apart (docs/operations.md,
+"Scaling each deployable"): whether one serves HTTP_PORT (a Service), whether its work is
+leader-elected (no autoscaler: only the leader works), and the Leases it takes (rbac.yaml;
+"*" for names made at run time). */}}
+{{- define "wm.deployables" -}}
+watcher: {http: false, leaderElected: true, leases: ["*"]}
+apiserver: {http: true, leaderElected: false, leases: []}
+compiler: {http: true, leaderElected: true, leases: [wm-compiler, wm-compiler-notify, wm-compiler-git]}
+stagectl: {http: false, leaderElected: true, leases: [wm-stagectl]}
+inference-auth: {http: true, leaderElected: false, leases: []}
+{{- end -}}
+
+{{/* A plain variable's value as one deployable receives it: deployables.<name>.env, then env,
+then (when neither sets it) the given default. Called with (list $ <deployable> <var> <default>). */}}
+{{- define "wm.plainValue" -}}
+{{- $root := index . 0 -}}
+{{- $d := index $root.Values.deployables (index . 1) -}}
+{{- $var := index . 2 -}}
+{{- $denv := $d.env | default dict -}}
+{{- $env := $root.Values.env | default dict -}}
+{{- if hasKey $denv $var -}}
+{{ index $denv $var }}
+{{- else if hasKey $env $var -}}
+{{ index $env $var }}
+{{- else -}}
+{{ index . 3 }}
+{{- end -}}
+{{- end -}}
+
+{{/* The Argo server a deployable reaches through the API server's service proxy, parsed from
+ARGO_DATA_SERVER_URL exactly as shared/argo.py parse_service_url does: {scheme, service,
+namespace, port, name}, name being the <scheme>:<service>:<port> the client puts in the proxy
+path (the Role's resourceNames, rbac.yaml). A URL the code would refuse is refused here.
+(list $ <deployable>) */}}
+{{- define "wm.argoServer" -}}
+{{- $url := include "wm.plainValue" (list (index . 0) (index . 1) "ARGO_DATA_SERVER_URL" "https://argo-data-server.kubeopera-argo-data.svc:2746") | trim -}}
+{{- $u := urlParse $url -}}
+{{- $host := $u.host -}}
+{{- $port := "" -}}
+{{- if regexMatch ":[^:]*$" $host -}}
+{{- $port = regexFind "[^:]*$" $host -}}
+{{- $host = regexReplaceAll ":[^:]*$" $host "" -}}
+{{- end -}}
+{{- if not (has $u.scheme (list "http" "https")) -}}
+{{- fail (printf "ARGO_DATA_SERVER_URL %q: expected an http:// or https:// URL of a Service" $url) -}}
+{{- end -}}
+{{- if or $u.userinfo $u.query $u.fragment (not (has $u.path (list "" "/"))) -}}
+{{- fail (printf "ARGO_DATA_SERVER_URL %q: a Service URL carries no credentials, query, fragment or path" $url) -}}
+{{- end -}}
+{{- $labels := splitList "." (lower $host) -}}
+{{- if or (lt (len $labels) 2) (has "" $labels) (and (gt (len $labels) 2) (ne (index $labels 2) "svc")) -}}
+{{- fail (printf "ARGO_DATA_SERVER_URL %q: expected a host <service>.<namespace>[.svc[.<domain>]]" $url) -}}
+{{- end -}}
+{{- if not $port -}}
+{{- $port = ternary "443" "80" (eq $u.scheme "https") -}}
+{{- else if not (regexMatch "^[0-9]+$" $port) -}}
+{{- fail (printf "ARGO_DATA_SERVER_URL %q: the port is not a number" $url) -}}
+{{- end -}}
+{{- $port = toString (int $port) -}}
+scheme: {{ $u.scheme }}
+service: {{ index $labels 0 }}
+namespace: {{ index $labels 1 }}
+port: {{ $port | quote }}
+name: {{ printf "%s:%s:%s" $u.scheme (index $labels 0) $port | quote }}
 {{- end -}}
 
 {{/* The tenant ClusterRoles' names: this, then compiler, executor, spark or training. The

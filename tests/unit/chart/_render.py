@@ -20,7 +20,17 @@ COMPILER = Account(RELEASE_NAMESPACE, f"{RELEASE}-compiler")
 STAGECTL = Account(RELEASE_NAMESPACE, f"{RELEASE}-stagectl")
 # Kinds of the chart's that live in a namespace: without one, Helm installs them in the release's.
 _NAMESPACED = frozenset(
-    {"Role", "RoleBinding", "Deployment", "Service", "ServiceAccount", "ConfigMap", "NetworkPolicy"}
+    {
+        "Role",
+        "RoleBinding",
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+        "ConfigMap",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+        "HorizontalPodAutoscaler",
+    }
 )
 
 

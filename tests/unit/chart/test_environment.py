@@ -75,7 +75,10 @@ def everything() -> dict[str, Any]:
     what the chart sets itself) and the events' public host."""
     table = _table()
     plain = set(environment_read_by()) - credentials() - set(table["chart"])
-    return {"env": {name: "x" for name in sorted(plain)}, "events": {"publicHost": "hooks.x"}}
+    env = {name: "x" for name in sorted(plain)}
+    # The chart reads this one too (the service proxy's Role, rbac.yaml): a Service URL.
+    env["ARGO_DATA_SERVER_URL"] = "https://x.y.svc:2746"
+    return {"env": env, "events": {"publicHost": "hooks.x"}}
 
 
 def test_the_charts_table_is_what_the_code_reads() -> None:

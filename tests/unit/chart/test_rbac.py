@@ -93,7 +93,10 @@ def test_provisioning_in_its_order_needs_nothing_the_chart_does_not_grant() -> N
     assert allows(COMPILER, Request("get", "", "services", "default", "kubernetes"))
     assert allows(COMPILER, Request("list", "discovery.k8s.io", "endpointslices", "default"))
     assert allows(
-        COMPILER, Request("create", "", "services/proxy", "argo", "https:argo-server:2746")
+        COMPILER,
+        Request(
+            "create", "", "services/proxy", "kubeopera-argo-data", "https:argo-data-server:2746"
+        ),
     )
 
 
@@ -174,7 +177,6 @@ def test_cluster_wide_the_compiler_holds_namespaces_bindings_and_bind_only() -> 
         ("", "namespaces"),
         (RBAC_GROUP, "rolebindings"),
         (RBAC_GROUP, "clusterroles"),
-        ("", "services/proxy"),
     }
     (bind,) = [rule for rule in rules if rule["resources"] == ["clusterroles"]]
     assert bind["verbs"] == ["bind"]
