@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 REQUESTS = Counter("wm_api_requests_total", "API requests answered", ["method", "route", "status"])
 LATENCY = Histogram(
@@ -20,6 +20,19 @@ LATENCY = Histogram(
     ["method", "route"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
+
+STREAM_CAUGHT_UP = Gauge(
+    "wm_api_stream_caught_up_timestamp_seconds",
+    "When the SSE hub last read the change log to its end (Unix time; a pass runs on every "
+    "change notification and every poll, 5 s by default): it falls behind the clock while the "
+    "hub cannot read PostgreSQL or lags behind the changes",
+)
+STREAM_OVERFLOWS = Counter(
+    "wm_api_stream_overflows_total",
+    "SSE streams disconnected for falling a whole queue behind (their clients resume with "
+    "Last-Event-ID)",
+)
+STREAM_SUBSCRIBERS = Gauge("wm_api_stream_subscribers", "SSE streams open on this replica")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -23,6 +23,7 @@ from shared.errors import WorkflowManagerError
 from shared.k8s_informer import ChangeQueue, Deleted, WorkflowKey
 from shared.logging import get_logger
 from shared.queueing import Pending
+from shared.stages import STAGES
 from stagectl import metrics
 from stagectl.stages import StageWork
 from stagectl.workflow import WaitingStage, needs_fetch, unhandled_exit, waiting_stages
@@ -49,6 +50,8 @@ class Dispatcher:
         self._busy: set[WorkflowKey] = set()
         self._deferred: dict[WorkflowKey, Pending[Any]] = {}
         self._failures: dict[WorkflowKey, int] = {}
+        # The workflows whose stage keeps failing: which stage, since when (self._clock).
+        self._failing: dict[WorkflowKey, tuple[str, float]] = {}
         self._backoff = (backoff_initial, backoff_max)
         self._clock = clock
 
@@ -106,6 +109,7 @@ class Dispatcher:
         value = pending.value
         if isinstance(value, Deleted) or not isinstance(value, Mapping):
             self._failures.pop(key, None)
+            self._settled(key)
             return True
         if needs_fetch(value):
             try:
@@ -126,6 +130,10 @@ class Dispatcher:
             except Exception as exc:
                 error = exc.code if isinstance(exc, WorkflowManagerError) else type(exc).__name__
                 metrics.ERRORS.labels(stage=waiting.stage, error=error).inc()
+                failing = self._failing.get(key)
+                if failing is None or failing[0] != waiting.stage:
+                    self._failing[key] = (waiting.stage, self._clock())
+                self._report_stuck()
                 log.warning(
                     "stage_attempt_failed",
                     namespace=key[1],
@@ -137,7 +145,25 @@ class Dispatcher:
                 )
                 return False
         self._failures.pop(key, None)
+        self._settled(key)
         return True
+
+    def _settled(self, key: WorkflowKey) -> None:
+        if self._failing.pop(key, None) is not None:
+            self._report_stuck()
+
+    def _report_stuck(self) -> None:
+        for stage, seconds in stuck_for(self._failing, now=self._clock()).items():
+            metrics.STUCK_SECONDS.labels(stage=stage).set(seconds)
+
+
+def stuck_for(failing: Mapping[WorkflowKey, tuple[str, float]], *, now: float) -> dict[str, float]:
+    """Per stage, how long its longest-failing workflow has been failing it (purely
+    computational): every known stage is named, 0 when no workflow is failing it."""
+    stuck = dict.fromkeys(STAGES, 0.0)
+    for stage, since in failing.values():
+        stuck[stage] = max(stuck.get(stage, 0.0), now - since)
+    return stuck
 
 
 def stages_of(workflow: Mapping[str, Any]) -> list[WaitingStage]:

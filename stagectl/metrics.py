@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 from shared.k8s_informer import InformerMetrics
+from shared.stages import STAGES as STAGES_KNOWN
 
 STAGES = Counter(
     "wm_stagectl_stages_total",
@@ -35,6 +36,14 @@ ERRORS = Counter(
     ["stage", "error"],
 )
 WAITING = Gauge("wm_stagectl_workflows_queued", "Workflows waiting for a worker")
+STUCK_SECONDS = Gauge(
+    "wm_stagectl_stage_stuck_seconds",
+    "How long the longest-failing workflow has been failing this stage (tried again with a "
+    "backoff; 0 when none is), as of its last attempt",
+    ["stage"],
+)
+for _stage in STAGES_KNOWN:
+    STUCK_SECONDS.labels(stage=_stage).set(0)
 INFORMER = InformerMetrics(
     events=Counter("wm_stagectl_watch_events_total", "Watch events received", ["cluster", "type"]),
     watch_restarts=Counter("wm_stagectl_watch_restarts_total", "Watches re-opened", ["cluster"]),

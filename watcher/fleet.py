@@ -106,6 +106,7 @@ class Fleet:
         if self.election is None:
             raise RuntimeError("Fleet.apply before the election is attached")
         wanted = {t.ref.id: t for t in targets}
+        metrics.CLUSTERS_REGISTERED.set(len(wanted))
         for cluster_id, held in list(self.targets.items()):
             fresh = wanted.get(cluster_id)
             if fresh is None or fresh.connection_key != held.connection_key:

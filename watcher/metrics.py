@@ -33,3 +33,8 @@ RECORDS_REFUSED = Counter(
     ["cluster"],
 )
 CLUSTERS_WATCHED = Gauge("wm_watcher_clusters_watched", "Clusters this replica informs on")
+CLUSTERS_REGISTERED = Gauge(
+    "wm_watcher_clusters_registered",
+    "Clusters the registry holds for watching (every replica counts all of them): the sum of "
+    "wm_watcher_clusters_watched over the replicas falls short of it while a cluster is unwatched",
+)

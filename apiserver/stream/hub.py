@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from apiserver import metrics
 from apiserver.runs.query import RunFilters, matches, run_item
 from apiserver.scope import Scope
 from apiserver.stream.fanout import Recent, Routing, narrow_tenant
@@ -136,6 +138,7 @@ class Subscriber:
             self.queue.put_nowait(item)
         except asyncio.QueueFull:
             self.overflowed = True
+            metrics.STREAM_OVERFLOWS.inc()
 
     def close(self) -> None:
         self.closed = True
@@ -191,6 +194,7 @@ class StreamHub:
         between when the hub still has them all (else None: read them from the change log)."""
         subscriber = Subscriber(filters, scope, self.position, asyncio.Queue(self.queue_size))
         self._routing.add(subscriber, scope, filters)
+        metrics.STREAM_SUBSCRIBERS.set(len(self._routing))
         if resume_after is not None and resume_after < subscriber.start:
             held = self._recent.since(resume_after, subscriber.start)
             if held is not None:
@@ -220,6 +224,7 @@ class StreamHub:
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         self._routing.remove(subscriber, subscriber.scope, subscriber.filters)
+        metrics.STREAM_SUBSCRIBERS.set(len(self._routing))
 
     @property
     def subscriber_count(self) -> int:
@@ -290,6 +295,7 @@ class StreamHub:
             for change in changes:
                 self.dispatch(change)
             if len(changes) < self.batch:
+                metrics.STREAM_CAUGHT_UP.set(time.time())
                 return
 
     def dispatch(self, change: Change) -> None:

@@ -33,6 +33,7 @@ from typing import Any, Final
 
 import asyncpg
 
+from compiler import metrics
 from compiler.automation import event_objects as ev
 from compiler.automation.service import ScheduleService
 from compiler.drift import orphaned
@@ -123,12 +124,15 @@ class AttachmentReconciler:
                     await self.reconcile(pipeline_id, tenant=tenant, kind=kind)
                 except Exception as error:  # logged; the next pass retries it
                     done.failed += 1
+                    metrics.RECONCILES.labels(what=metrics.PIPELINE, outcome=metrics.FAILED).inc()
                     log.warning(
                         "pipeline_reconcile_failed",
                         pipeline=pipeline_id,
                         tenant=tenant,
                         error=getattr(error, "message", type(error).__name__),
                     )
+                else:
+                    metrics.RECONCILES.labels(what=metrics.PIPELINE, outcome=metrics.OK).inc()
                 done.pipelines += 1
             if len(page) < PAGE:
                 break

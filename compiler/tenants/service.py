@@ -31,6 +31,7 @@ from typing import Any
 
 import asyncpg
 
+from compiler import metrics
 from compiler.k8s_objects import KubeObjects
 from compiler.tenants.pg_tenants import TenantStore
 from compiler.tenants.provisioning import (
@@ -103,8 +104,10 @@ class TenantProvisioner:
                     spec_hash=spec_hash(spec), storage_user=user, storage_key_id=key_id
                 )
         except Exception as exc:
+            metrics.RECONCILES.labels(what=metrics.TENANT, outcome=metrics.FAILED).inc()
             await self._record_error(tenant, exc)
             raise
+        metrics.RECONCILES.labels(what=metrics.TENANT, outcome=metrics.OK).inc()
         changed = {k: v for k, v in outcome.objects.items() if k != "unchanged" and v}
         if changed or outcome.key_issued:
             log.info("tenant_reconciled", tenant=tenant, key_issued=outcome.key_issued, **changed)

@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 import boto3
 import pytest
+from prometheus_client import REGISTRY
 
 from compiler.k8s_objects import KubeObjects
 from compiler.tenants.provisioning import ARTIFACT_CREDENTIALS_SECRET
@@ -171,7 +172,17 @@ async def test_a_failing_tenant_is_recorded_and_does_not_stop_the_others(rig: Ri
     await tenants.ensure("acme")
     # An id that can never become a namespace (an old row, or one written by hand).
     await rig.pool.execute("INSERT INTO tenants (id) VALUES ('Not_A_Tenant')")
+    failed, ok = _reconciles("failed"), _reconciles("ok")
     outcomes = await tenants.reconcile_all()
     assert [outcome.tenant for outcome in outcomes] == ["acme"]
     error = await rig.pool.fetchval("SELECT last_error FROM tenants WHERE id = 'Not_A_Tenant'")
     assert error
+    # What the CompilerReconcileFailing alert counts: one failure, one success.
+    assert (_reconciles("failed") - failed, _reconciles("ok") - ok) == (1, 1)
+
+
+def _reconciles(outcome: str) -> float:
+    sample = REGISTRY.get_sample_value(
+        "wm_compiler_reconciles_total", {"what": "tenant", "outcome": outcome}
+    )
+    return sample or 0.0
