@@ -34,5 +34,6 @@ async def test_a_run_with_packed_nodes_has_its_stages_done(
     assert (version["state"], version["release_outcome"]) == ("passed", "completed")
     for template in ("wm-register", "wm-gate", "wm-cleanup"):
         node = controller.node(name, template)
-        assert node is not None and node["phase"] == "Succeeded", template
+        assert node is not None, template
+        assert node["phase"] == "Succeeded", template
     assert sorted(controller.completions(name).values()) == [1, 1, 1]
