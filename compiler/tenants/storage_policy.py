@@ -26,42 +26,47 @@ workflow-manager every user of the account (CreateAccessKey on an administrator)
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from typing import Any, Final
 
-from shared import storage
-from shared.errors import ConfigError, Invalid
-from shared.identifiers import TENANT_ID
-
-PARTITION: Final = "aws"  # the platform runs in commercial regions; aws-cn/aws-us-gov would differ
-POLICY_VERSION: Final = "2012-10-17"
-POLICY_NAME: Final = "workflow-manager-storage"  # the inline policy's name on every tenant user
-
-MAX_TENANT_LENGTH: Final = 48
-MAX_USER_NAME_LENGTH: Final = 64  # IAM's limit
-# Room left for the prefix once the longest tenant id is in the name.
-MAX_USER_PREFIX_LENGTH: Final = MAX_USER_NAME_LENGTH - MAX_TENANT_LENGTH
-# IAM user names: letters, digits and + = , . @ _ - (the API's [\w+=,.@-]+).
-_USER_NAME_CHARS = re.compile(r"^[A-Za-z0-9+=,.@_-]+$")
-# IAM paths are /…/ of printable ASCII; we also refuse the wildcards * and ?, which would widen
-# the ``user<path>*`` resource of the manager policy, and require at least one segment.
-_USER_PATH = re.compile(r"^/(?:[\x21-\x7e]+/)+$")
-MAX_USER_PATH_LENGTH: Final = 512
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_ACCOUNT = re.compile(r"^[0-9]{12}$")
-_BOUNDARY_ARN = re.compile(r"^arn:aws:iam::[0-9]{12}:policy/[A-Za-z0-9+=,.@_/-]+$")
-
-# Object actions on the read-write prefixes. Multipart: PutObject covers CreateMultipartUpload,
-# UploadPart and CompleteMultipartUpload; aborting and listing parts are separate actions.
-OBJECT_READ_WRITE: Final = (
-    "s3:GetObject",
-    "s3:PutObject",
-    "s3:DeleteObject",
-    "s3:AbortMultipartUpload",
-    "s3:ListMultipartUploadParts",
+from shared import storage_policy as shared_policy
+from shared.storage_policy import (
+    OBJECT_READ,
+    OBJECT_READ_WRITE,
+    PARTITION,
+    POLICY_VERSION,
+    TenantPrefixes,
+    check_account_id,
+    check_boundary_arn,
+    check_bucket,
+    check_tenant,
+    check_user_path,
+    check_user_prefix,
+    tenant_prefixes,
+    user_name,
 )
-OBJECT_READ: Final = ("s3:GetObject",)
+
+__all__ = [
+    "BOUNDARY_CHANGES",
+    "BOUNDARY_POLICY_CHANGES",
+    "MANAGER_USER_ACTIONS",
+    "OBJECT_READ",
+    "OBJECT_READ_WRITE",
+    "POLICY_NAME",
+    "TenantPrefixes",
+    "boundary_policy",
+    "check_account_id",
+    "check_boundary_arn",
+    "check_bucket",
+    "check_tenant",
+    "check_user_path",
+    "check_user_prefix",
+    "manager_policy",
+    "tenant_prefixes",
+    "tenant_user_policy",
+    "user_name",
+]
+
+POLICY_NAME: Final = "workflow-manager-storage"  # the inline policy's name on every tenant user
 
 # What workflow-manager does to a tenant user after creating it (compiler.tenants.storage_users).
 # iam:TagUser is needed because CreateUser carries tags.
@@ -86,99 +91,10 @@ BOUNDARY_POLICY_CHANGES: Final = (
 )
 
 
-@dataclass(frozen=True)
-class TenantPrefixes:
-    """A tenant's key prefixes in the bucket, each ending in ``/`` so ``acme`` never matches
-    ``acme-2``."""
-
-    root: str
-    artifacts: str
-    training: str
-    models: str
-
-
-def check_tenant(tenant: str) -> str:
-    """The tenant id, or Invalid when it is not one (it becomes part of names and ARNs)."""
-    if not isinstance(tenant, str) or not TENANT_ID.fullmatch(tenant):
-        raise Invalid("not a tenant id", details={"tenant": str(tenant)[:64]})
-    return tenant
-
-
-def check_bucket(bucket: str) -> str:
-    """ARTIFACT_BUCKET, or ConfigError: a bucket name with ``*`` would grant every bucket."""
-    if not _BUCKET.fullmatch(bucket) or ".." in bucket:
-        raise ConfigError(f"ARTIFACT_BUCKET: {bucket!r} is not an S3 bucket name")
-    return bucket
-
-
-def check_user_path(path: str) -> str:
-    """ARTIFACT_IAM_USER_PATH, or ConfigError: ``/x/…/``, no wildcards, never ``/`` alone."""
-    if (
-        len(path) > MAX_USER_PATH_LENGTH
-        or not _USER_PATH.fullmatch(path)
-        or "*" in path
-        or "?" in path
-        or "//" in path
-    ):
-        raise ConfigError(
-            f"ARTIFACT_IAM_USER_PATH: {path!r} must look like /workflow-manager/tenants/ "
-            "(a path of its own, starting and ending with /, without * or ?)"
-        )
-    return path
-
-
-def check_user_prefix(prefix: str) -> str:
-    """ARTIFACT_IAM_USER_PREFIX, or ConfigError when the longest tenant id would not fit."""
-    if not prefix or not _USER_NAME_CHARS.fullmatch(prefix) or len(prefix) > MAX_USER_PREFIX_LENGTH:
-        raise ConfigError(
-            f"ARTIFACT_IAM_USER_PREFIX: {prefix!r} must be 1 to {MAX_USER_PREFIX_LENGTH} of "
-            "A-Z a-z 0-9 + = , . @ _ - (IAM user names are at most 64 characters and "
-            "unique across the account)"
-        )
-    return prefix
-
-
-def check_boundary_arn(arn: str) -> str:
-    """ARTIFACT_IAM_BOUNDARY_ARN, or ConfigError unless it names a customer managed policy."""
-    if not _BOUNDARY_ARN.fullmatch(arn):
-        raise ConfigError(
-            f"ARTIFACT_IAM_BOUNDARY_ARN: {arn!r} is not a policy ARN such as "
-            "arn:aws:iam::123456789012:policy/workflow-manager-tenant-boundary"
-        )
-    return arn
-
-
-def check_account_id(account_id: str) -> str:
-    """A 12-digit account id, or ``*`` for "whichever account this is"."""
-    if account_id != "*" and not _ACCOUNT.fullmatch(account_id):
-        raise ConfigError(f"account id: {account_id!r} is neither 12 digits nor *")
-    return account_id
-
-
-def user_name(prefix: str, tenant: str) -> str:
-    """The IAM user name of ``tenant``: ``<prefix><tenant>``, at most 64 characters."""
-    return check_user_prefix(prefix) + check_tenant(tenant)
-
-
-def tenant_prefixes(tenant: str) -> TenantPrefixes:
-    """The tenant's prefixes in the bucket (``tenants/<tenant>/…/``)."""
-    tenant = check_tenant(tenant)
-    return TenantPrefixes(
-        root=storage.tenant_prefix(tenant),
-        artifacts=storage.tenant_artifacts(tenant),
-        training=storage.tenant_training(tenant),
-        models=storage.tenant_models(tenant),
-    )
-
-
-def _bucket_arn(bucket: str) -> str:
-    return f"arn:{PARTITION}:s3:::{check_bucket(bucket)}"
-
-
 def tenant_user_policy(bucket: str, tenant: str) -> dict[str, Any]:
     """The inline policy of ``tenant``'s user: read-write artifacts/ and training/, read models/,
     list only those prefixes, nothing else (no other bucket, no other tenant, no IAM)."""
-    bucket_arn = _bucket_arn(bucket)
+    bucket_arn = shared_policy.bucket_arn(bucket)
     prefixes = tenant_prefixes(tenant)
     return {
         "Version": POLICY_VERSION,
@@ -224,7 +140,7 @@ def tenant_user_policy(bucket: str, tenant: str) -> dict[str, Any]:
 def boundary_policy(bucket: str) -> dict[str, Any]:
     """The permissions boundary of every tenant user: at most the object actions under
     ``tenants/`` of the bucket and listing that bucket. Created once by an operator."""
-    bucket_arn = _bucket_arn(bucket)
+    bucket_arn = shared_policy.bucket_arn(bucket)
     return {
         "Version": POLICY_VERSION,
         "Statement": [
@@ -251,7 +167,7 @@ def manager_policy(
     ``boundary_arn``; boundaries never changed; read-write on the whole bucket."""
     users = f"arn:{PARTITION}:iam::{check_account_id(account_id)}:user{check_user_path(user_path)}*"
     with_boundary = {"StringEquals": {"iam:PermissionsBoundary": check_boundary_arn(boundary_arn)}}
-    bucket_arn = _bucket_arn(bucket)
+    bucket_arn = shared_policy.bucket_arn(bucket)
     return {
         "Version": POLICY_VERSION,
         "Statement": [

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from compiler.tenants import storage_policy as sp
 from shared.errors import ConfigError, Invalid
+from shared.identifiers import TENANT_ID
 
 ROOT = Path(__file__).resolve().parents[3]
 BUCKET = "tcr-pipeline-artifacts"
@@ -30,7 +31,7 @@ ACCOUNT = "123456789012"
 BOUNDARY = f"arn:aws:iam::{ACCOUNT}:policy/workflow-manager-tenant-boundary"
 B = f"arn:aws:s3:::{BUCKET}"
 
-tenants = st.from_regex(sp.TENANT_ID, fullmatch=True)
+tenants = st.from_regex(TENANT_ID, fullmatch=True)
 prefixes = st.from_regex(r"[A-Za-z0-9+=,.@_-]{1,16}", fullmatch=True)
 
 
