@@ -1,7 +1,8 @@
 """IAM users workflow-manager creates on its own path with its boundary: created, granted,
 keyed and deleted through boto3. The compiler's tenant storage users
 (``compiler.tenants.storage_users``) and stagectl's model readers
-(``stagectl.serving.readers``) are both ``IamUsers``; the names and documents come from
+(``stagectl.serving.readers``) are both ``TenantUsers`` (over ``IamUsers``); the names and
+documents come from
 ``shared.storage_policy`` and ``compiler.tenants.storage_policy``.
 
 boto3 blocks, so every call runs in a worker thread (``asyncio.to_thread``). Every operation
@@ -22,7 +23,7 @@ import asyncio
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Self
 
 import boto3  # type: ignore[import-untyped]
 import botocore.exceptions  # type: ignore[import-untyped]
@@ -39,7 +40,8 @@ TENANT_TAG: Final = "workflow-manager/tenant"
 MANAGED_BY_TAG: Final = "app.kubernetes.io/managed-by"
 MAX_ACCESS_KEYS: Final = 2  # IAM's limit per user
 
-_REQUIRED = (
+# What a family of per-tenant users is built from (``TenantUsers.from_settings``).
+REQUIRED: Final = (
     "ARTIFACT_BUCKET",
     "ARTIFACT_IAM_USER_PATH",
     "ARTIFACT_IAM_USER_PREFIX",
@@ -260,6 +262,84 @@ class IamUsers:
                 "IAM is unreachable",
                 details={"dependency": "iam", "operation": operation, "error": type(exc).__name__},
             ) from exc
+
+
+class TenantUsers:
+    """One IAM user per tenant, of one family: the compiler's storage users and stagectl's
+    model readers are both. A subclass names its family (``kind``, in logs and errors), its
+    users (``user_name``) and their inline policy (``policy_name``, ``policy``); the rest,
+    from the settings to deleting a user, is the same for every family."""
+
+    kind: ClassVar[str]
+    policy_name: ClassVar[str]
+
+    def __init__(
+        self, *, iam: Any, bucket: str, user_path: str, user_prefix: str, boundary_arn: str
+    ) -> None:
+        self._users = IamUsers(
+            iam=iam, user_path=user_path, boundary_arn=boundary_arn, kind=self.kind
+        )
+        self.bucket = policies.check_bucket(bucket)
+        self.user_path = self._users.user_path
+        self.user_prefix = policies.check_user_prefix(user_prefix)
+        self.boundary_arn = self._users.boundary_arn
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        endpoint_url: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+    ) -> Self:
+        """Build from the four ARTIFACT_* settings (``REQUIRED``); ConfigError names every one
+        that is unset. ``endpoint_url`` is IAM's (None: AWS); explicit credentials are for
+        tests."""
+        settings.require(*REQUIRED)
+        return cls(
+            iam=iam_client(
+                settings,
+                endpoint_url=endpoint_url,
+                access_key_id=access_key_id,
+                secret_access_key=secret_access_key,
+            ),
+            bucket=str(settings.ARTIFACT_BUCKET),
+            user_path=str(settings.ARTIFACT_IAM_USER_PATH),
+            user_prefix=str(settings.ARTIFACT_IAM_USER_PREFIX),
+            boundary_arn=str(settings.ARTIFACT_IAM_BOUNDARY_ARN),
+        )
+
+    def user_name(self, tenant: str) -> str:
+        """The IAM user name of ``tenant`` in this family."""
+        raise NotImplementedError
+
+    def policy(self, tenant: str) -> Mapping[str, Any]:
+        """The inline policy of ``tenant``'s user in this family."""
+        raise NotImplementedError
+
+    async def ensure_user(self, tenant: str) -> str:
+        """Create the tenant's user if it is missing, then put its inline policy; return its
+        name. Conflict when a user of that name exists elsewhere or with another boundary."""
+        return await self._users.ensure_user(
+            self.user_name(tenant),
+            tenant=tenant,
+            policy_name=self.policy_name,
+            policy=self.policy(tenant),
+        )
+
+    async def issue_key(self, tenant: str) -> StorageCredentials:
+        """A new access key for the tenant's user, every older one deleted (the caller must
+        store it before anything needs it)."""
+        return await self._users.issue_key(self.user_name(tenant), tenant=tenant)
+
+    async def current_key_ids(self, tenant: str) -> list[str]:
+        """The ids of the tenant user's access keys, oldest first; empty without a user."""
+        return await self._users.current_key_ids(self.user_name(tenant))
+
+    async def delete_user(self, tenant: str) -> None:
+        """Delete the tenant's keys, inline policies and user; a missing user is not an error."""
+        await self._users.delete_user(self.user_name(tenant), tenant=tenant)
 
 
 def _translate(operation: str, code: str, status: int) -> WorkflowManagerError:

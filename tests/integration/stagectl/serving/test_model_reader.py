@@ -59,7 +59,7 @@ async def test_the_reader_reads_its_tenants_models_and_nothing_else(
     for key in (mine, theirs, artifact, training):
         seed(moto, key, b"weights")
 
-    name = await readers.ensure_reader(tenant)
+    name = await readers.ensure_user(tenant)
     keys = await readers.issue_key(tenant)
     assert keys.user_name == name == f"{USER_PREFIX}.{tenant}"
     (request,) = created
@@ -78,7 +78,7 @@ async def test_the_reader_reads_its_tenants_models_and_nothing_else(
 async def test_the_reader_is_not_the_tenants_storage_user(
     moto: Moto, readers: ModelReaders, tenant: str
 ) -> None:
-    await readers.ensure_reader(tenant)
+    await readers.ensure_user(tenant)
     root = client(moto, "iam", moto.root)
     users = {u["UserName"] for u in root.list_users(PathPrefix=USER_PATH)["Users"]}
     assert readers.user_name(tenant) in users
@@ -92,9 +92,9 @@ async def test_ensuring_again_changes_nothing_and_a_new_key_retires_the_old(
 ) -> None:
     key = f"{storage.tenant_models(tenant)}m/1/model.bin"
     seed(moto, key)
-    await readers.ensure_reader(tenant)
+    await readers.ensure_user(tenant)
     first = await readers.issue_key(tenant)
-    assert await readers.ensure_reader(tenant) == readers.user_name(tenant)
+    assert await readers.ensure_user(tenant) == readers.user_name(tenant)
     second = await readers.issue_key(tenant)
     assert await readers.current_key_ids(tenant) == [second.access_key_id]
     assert client(moto, "s3", second).get_object(Bucket=BUCKET, Key=key)["Body"].read()
@@ -108,10 +108,10 @@ async def test_deleting_the_reader_revokes_its_key(
 ) -> None:
     key = f"{storage.tenant_models(tenant)}m/1/model.bin"
     seed(moto, key)
-    await readers.ensure_reader(tenant)
+    await readers.ensure_user(tenant)
     keys = await readers.issue_key(tenant)
-    await readers.delete_reader(tenant)
-    await readers.delete_reader(tenant)  # already gone: fine
+    await readers.delete_user(tenant)
+    await readers.delete_user(tenant)  # already gone: fine
     assert await readers.current_key_ids(tenant) == []
     s3 = client(moto, "s3", keys)
     assert code_of(lambda: s3.get_object(Bucket=BUCKET, Key=key)) == "InvalidAccessKeyId"
