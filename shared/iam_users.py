@@ -2,8 +2,7 @@
 keyed and deleted through boto3. The compiler's tenant storage users
 (``compiler.tenants.storage_users``) and stagectl's model readers
 (``stagectl.serving.readers``) are both ``TenantUsers`` (over ``IamUsers``); the names and
-documents come from
-``shared.storage_policy`` and ``compiler.tenants.storage_policy``.
+documents come from ``shared.storage_policy`` and ``compiler.tenants.storage_policy``.
 
 boto3 blocks, so every call runs in a worker thread (``asyncio.to_thread``). Every operation
 converges when repeated: a user that exists is reused, the inline policy is put again on every

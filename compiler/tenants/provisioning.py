@@ -72,6 +72,7 @@ from shared import labels as L
 from shared import storage
 from shared.errors import ConfigError
 from shared.identifiers import TENANT_ID
+from shared.manifests import tenant_object
 from shared.quantity import cpu_millis, memory_bytes
 
 # The namespace's accounts (the stamper names them on every template it stamps).
@@ -316,29 +317,6 @@ def tenant_namespace(tenant: str) -> str:
     return f"{L.DATA_NAMESPACE_PREFIX}{tenant}"
 
 
-def _labels(tenant: str) -> dict[str, str]:
-    return {L.MANAGED_BY: L.MANAGED_BY_US, L.TENANT: tenant}
-
-
-def _object(
-    api_version: str,
-    kind: str,
-    name: str,
-    *,
-    tenant: str,
-    namespace: str | None,
-    annotations: Mapping[str, str] | None = None,
-    **fields: Any,
-) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": name}
-    if namespace is not None:
-        metadata["namespace"] = namespace
-    metadata["labels"] = _labels(tenant)
-    if annotations:
-        metadata["annotations"] = dict(annotations)
-    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, **fields}
-
-
 def _binding(
     name: str,
     *,
@@ -348,7 +326,7 @@ def _binding(
     account: str,
     account_namespace: str,
 ) -> dict[str, Any]:
-    return _object(
+    return tenant_object(
         RBAC_VERSION,
         "RoleBinding",
         name,
@@ -378,7 +356,7 @@ def sensor_account(tenant: str) -> str:
 
 def _sensor_objects(tenant: str, namespace: str, spec: ProvisioningSpec) -> list[dict[str, Any]]:
     """The tenant's sensor account (in the events namespace) and its binding here."""
-    account = _object(
+    account = tenant_object(
         "v1",
         "ServiceAccount",
         sensor_account(tenant),
@@ -421,8 +399,8 @@ def _resource_objects(tenant: str, namespace: str, spec: ProvisioningSpec) -> li
         "defaultRequest": {"cpu": spec.default_request_cpu, "memory": spec.default_request_memory},
         "max": maximum,
     }
-    quota = _object("v1", "ResourceQuota", QUOTA_NAME, tenant=tenant, namespace=namespace)
-    limits = _object("v1", "LimitRange", LIMITS_NAME, tenant=tenant, namespace=namespace)
+    quota = tenant_object("v1", "ResourceQuota", QUOTA_NAME, tenant=tenant, namespace=namespace)
+    limits = tenant_object("v1", "LimitRange", LIMITS_NAME, tenant=tenant, namespace=namespace)
     quota["spec"] = {"hard": hard}
     limits["spec"] = {"limits": [container]}
     return [quota, limits]
@@ -430,7 +408,7 @@ def _resource_objects(tenant: str, namespace: str, spec: ProvisioningSpec) -> li
 
 def _identity_objects(tenant: str, namespace: str, spec: ProvisioningSpec) -> list[dict[str, Any]]:
     accounts = [
-        _object(
+        tenant_object(
             "v1",
             "ServiceAccount",
             account,
@@ -450,7 +428,7 @@ def _identity_objects(tenant: str, namespace: str, spec: ProvisioningSpec) -> li
             TRAINING_SERVICE_ACCOUNT,
         )
     ]
-    token = _object(
+    token = tenant_object(
         "v1",
         "Secret",
         EXECUTOR_TOKEN_SECRET,
@@ -483,7 +461,7 @@ def network_policy(tenant: str, namespace: str, spec: ProvisioningSpec) -> dict[
         egress_ports=spec.egress_ports,
         egress_except_cidrs=spec.egress_except_cidrs,
     )
-    return _object(
+    return tenant_object(
         "networking.k8s.io/v1",
         "NetworkPolicy",
         NETWORK_POLICY_NAME,
@@ -528,14 +506,14 @@ def tenant_objects(tenant: str, spec: ProvisioningSpec) -> list[dict[str, Any]]:
     namespace). ValueError for a malformed tenant id.
     """
     namespace = tenant_namespace(tenant)
-    namespace_object = _object("v1", "Namespace", namespace, tenant=tenant, namespace=None)
+    namespace_object = tenant_object("v1", "Namespace", namespace, tenant=tenant, namespace=None)
     namespace_object["metadata"]["labels"].update(
         {L.POD_SECURITY_ENFORCE: POD_SECURITY_LEVEL, L.POD_SECURITY_ENFORCE_VERSION: "latest"}
     )
     repository = yaml.safe_dump(
         artifact_repository(tenant, spec), sort_keys=True, default_flow_style=False
     )
-    repositories = _object(
+    repositories = tenant_object(
         "v1",
         "ConfigMap",
         ARTIFACT_REPOSITORIES,
@@ -557,7 +535,7 @@ def tenant_objects(tenant: str, spec: ProvisioningSpec) -> list[dict[str, Any]]:
 
 def credentials_secret(tenant: str, access_key_id: str, secret_access_key: str) -> dict[str, Any]:
     """The Secret holding the tenant's storage key, which the artifact repository names."""
-    return _object(
+    return tenant_object(
         "v1",
         "Secret",
         ARTIFACT_CREDENTIALS_SECRET,

@@ -43,6 +43,7 @@ from shared.inference_routes import (
     route_name,
     security_policy,
 )
+from shared.manifests import tenant_labels, tenant_object
 from stagectl.serving.params import (
     ACCESS_KEY,
     CLUSTER_LOCAL,
@@ -78,29 +79,6 @@ from stagectl.serving.params import (
 )
 
 
-def _labels(tenant: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    return {L.MANAGED_BY: L.MANAGED_BY_US, L.TENANT: tenant, **(extra or {})}
-
-
-def _object(
-    api_version: str,
-    kind: str,
-    name: str,
-    *,
-    tenant: str,
-    namespace: str | None,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    **fields: Any,
-) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": name, "labels": _labels(tenant, labels)}
-    if namespace is not None:
-        metadata["namespace"] = namespace
-    if annotations:
-        metadata["annotations"] = annotations
-    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, **fields}
-
-
 def namespace(tenant: str) -> dict[str, Any]:
     """The serving namespace: baseline Pod Security enforced, warned and audited."""
     levels = {}
@@ -111,7 +89,7 @@ def namespace(tenant: str) -> dict[str, Any]:
     ):
         levels[mode] = POD_SECURITY_LEVEL
         levels[version] = "latest"
-    return _object(
+    return tenant_object(
         "v1", "Namespace", serving_namespace(tenant), tenant=tenant, namespace=None, labels=levels
     )
 
@@ -125,7 +103,7 @@ def resource_quota(tenant: str, platform: ServingPlatform) -> dict[str, Any]:
         "limits.memory": platform.quota_memory,
         f"requests.{GPU_RESOURCE}": str(platform.quota_gpu),
     }
-    return _object(
+    return tenant_object(
         "v1",
         "ResourceQuota",
         QUOTA_NAME,
@@ -144,7 +122,7 @@ def limit_range(tenant: str, platform: ServingPlatform) -> dict[str, Any]:
         "defaultRequest": {"cpu": "100m", "memory": "128Mi"},
         "max": {"cpu": platform.quota_cpu, "memory": platform.quota_memory},
     }
-    return _object(
+    return tenant_object(
         "v1",
         "LimitRange",
         LIMITS_NAME,
@@ -206,7 +184,7 @@ def network_policy(tenant: str, platform: ServingPlatform) -> dict[str, Any]:
             "ports": [{"protocol": "TCP", "port": storage_port(platform)}],
         },
     ]
-    return _object(
+    return tenant_object(
         "networking.k8s.io/v1",
         "NetworkPolicy",
         NETWORK_POLICY_NAME,
@@ -235,7 +213,7 @@ def storage_service_account(tenant: str, platform: ServingPlatform) -> dict[str,
     """The account the InferenceServices name: KServe's storage initializer takes the S3
     credentials from the Secrets it lists and the endpoint from its annotations. The model
     server itself gets no API token."""
-    return _object(
+    return tenant_object(
         "v1",
         "ServiceAccount",
         STORAGE_ACCOUNT,
@@ -251,7 +229,7 @@ def storage_secret(
     tenant: str, platform: ServingPlatform, *, access_key_id: str, secret_access_key: str
 ) -> dict[str, Any]:
     """The model reader's key (``shared.iam_users``), as the account's Secret."""
-    return _object(
+    return tenant_object(
         "v1",
         "Secret",
         STORAGE_SECRET,
@@ -300,7 +278,7 @@ def inference_service(deployment: Deployment, platform: ServingPlatform) -> dict
     if serving.runtime is not None:
         model["runtime"] = serving.runtime
     labels = {**_deployment_labels(deployment), VISIBILITY: CLUSTER_LOCAL}
-    return _object(
+    return tenant_object(
         "serving.kserve.io/v1beta1",
         "InferenceService",
         isvc_name(deployment.model, deployment.environment),
@@ -332,7 +310,7 @@ def publishing_objects(deployment: Deployment, platform: ServingPlatform) -> lis
     labels = _deployment_labels(deployment)
     gateway, gateway_ns = knative_service(platform.knative_gateway)
     if platform.route == "ingress-nginx":
-        backend = _object(
+        backend = tenant_object(
             "v1",
             "Service",
             gateway_service_name(deployment),
@@ -355,7 +333,7 @@ def publishing_objects(deployment: Deployment, platform: ServingPlatform) -> lis
             ingress_class=platform.ingress_class,
             upstream_vhost=upstream,
         )
-        ingress["metadata"]["labels"] = _labels(deployment.tenant, labels)
+        ingress["metadata"]["labels"] = tenant_labels(deployment.tenant, labels)
         return [backend, ingress]
     route = inference_http_route(
         deployment.ref,
@@ -372,7 +350,7 @@ def publishing_objects(deployment: Deployment, platform: ServingPlatform) -> lis
         deployment.ref, auth_url=platform.auth_url, namespace=ns, route=route_name(deployment.ref)
     )
     for obj in (route, policy):
-        obj["metadata"]["labels"] = _labels(deployment.tenant, labels)
+        obj["metadata"]["labels"] = tenant_labels(deployment.tenant, labels)
     return [route, policy]
 
 
@@ -394,7 +372,7 @@ def reference_grants(tenant: str, platform: ServingPlatform) -> list[dict[str, A
         if target_ns == ns:
             continue
         grants.append(
-            _object(
+            tenant_object(
                 "gateway.networking.k8s.io/v1beta1",
                 "ReferenceGrant",
                 f"{ns}-{kind.lower()}",
