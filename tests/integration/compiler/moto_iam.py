@@ -24,6 +24,7 @@ What moto 5.2.5 enforces and what it does not (docs/iam.md says the same):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import subprocess
@@ -114,8 +115,10 @@ def _keys(answer: dict[str, Any]) -> StorageCredentials:
     return StorageCredentials(key["UserName"], key["AccessKeyId"], key["SecretAccessKey"])
 
 
-@pytest.fixture(scope="session")
-def moto() -> Iterator[Moto]:
+@contextlib.contextmanager
+def moto_process() -> Iterator[str]:
+    """A moto server in a child process of its own (its authentication switch is
+    process-global), up and answering; its URL. Stopped when the block ends."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     process = subprocess.Popen(
@@ -125,6 +128,25 @@ def moto() -> Iterator[Moto]:
     )
     try:
         _wait_until_up(url, process)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def authentication_on(url: str) -> None:
+    """Turn moto's IAM authentication on: from now on only keys its IAM issued are accepted."""
+    answer = json.loads(_post(f"{url}/moto-api/reset-auth", b"0"))
+    assert answer["status"] == "ok"
+
+
+@pytest.fixture(scope="session")
+def moto() -> Iterator[Moto]:
+    with moto_process() as url:
         # Authentication is off until reset-auth: any keys are accepted for the bootstrap.
         anyone = StorageCredentials("bootstrap", "AKIABOOTSTRAP0000000", "bootstrap")
         bootstrap = Moto(url, "", anyone, anyone)
@@ -160,21 +182,13 @@ def moto() -> Iterator[Moto]:
         )
         root = _keys(iam.create_access_key(UserName="root-admin"))
 
-        answer = json.loads(_post(f"{url}/moto-api/reset-auth", b"0"))
-        assert answer["status"] == "ok"
+        authentication_on(url)
         running = Moto(url, boundary_arn, manager, root)
         # Authentication really is on: keys IAM never issued are refused.
         with pytest.raises(ClientError) as refused:
             client(running, "s3", anyone).list_objects_v2(Bucket=BUCKET)
         assert refused.value.response["Error"]["Code"] == "InvalidAccessKeyId"
         yield running
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @dataclass

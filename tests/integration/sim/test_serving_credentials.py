@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -19,10 +15,10 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from sim.kube.server import start_cluster
-from sim.ports import free_port
 from sim.serving.controller import ServingConfig, ServingSimulator
 from sim.serving.credentials import S3Config
 from sim.serving.model import model_file
+from tests.integration.compiler.moto_iam import authentication_on, moto_process
 from tests.integration.sim.test_serving import ISVC, NAME, NS, _condition, _isvc, _until
 
 pytestmark = pytest.mark.integration
@@ -48,23 +44,7 @@ def _policy(prefix: str) -> str:
 def moto_auth() -> Iterator[tuple[str, dict[str, tuple[str, str]]]]:
     """moto in a child process (its auth switch is process-global), two readers, then
     authentication on."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/moto-api/data.json", timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-                time.sleep(0.05)  # waiting for a child process to listen
+    with moto_process() as url:
         kw: dict[str, Any] = {"endpoint_url": url, "region_name": "us-east-1"}
         boot = {"aws_access_key_id": "AKIABOOT000000000000", "aws_secret_access_key": "x"}
         s3, iam = boto3.client("s3", **kw, **boot), boto3.client("iam", **kw, **boot)
@@ -76,18 +56,8 @@ def moto_auth() -> Iterator[tuple[str, dict[str, tuple[str, str]]]]:
             iam.put_user_policy(UserName=user, PolicyName="read", PolicyDocument=_policy(prefix))
             key = iam.create_access_key(UserName=user)["AccessKey"]
             keys[user] = (key["AccessKeyId"], key["SecretAccessKey"])
-        request = urllib.request.Request(
-            f"{url}/moto-api/reset-auth",
-            data=b"0",
-            method="POST",
-            headers={"Content-Type": "text/plain"},
-        )
-        with urllib.request.urlopen(request, timeout=10):
-            pass
+        authentication_on(url)
         yield url, keys
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture
