@@ -37,7 +37,8 @@ from compiler.internal_api import create_app
 from compiler.k8s_objects import KubeObjects
 from compiler.notifications.service import NotificationSender, SenderConfig
 from compiler.pipelines.compile import StepLimits
-from compiler.pipelines.service import Limits, PipelineService
+from compiler.pipelines.definitions import Limits
+from compiler.pipelines.service import PipelineService
 from compiler.pipelines.yamldoc import MAX_BYTES as MAX_DOCUMENT_BYTES
 from compiler.secrets.service import DataSecretService
 from compiler.tenants.service import TenantProvisioner

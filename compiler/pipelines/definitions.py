@@ -81,6 +81,22 @@ from shared.validation import invalid_fields
 
 
 @dataclass(frozen=True, slots=True)
+class Limits:
+    """What the settings fix for every render."""
+
+    data: StepLimits
+    ml: StepLimits
+    artifact_bucket: str
+    templates_kept: int = 10
+    schedule_min_interval: float = 300.0
+    # Experiment tracking is configured: ML pipelines' containers get the MLflow account.
+    tracking: bool = False
+
+    def step_limits(self, kind: PipelineKind) -> StepLimits:
+        return self.ml if kind == L.PIPELINE_KIND_ML else self.data
+
+
+@dataclass(frozen=True, slots=True)
 class Target:
     """Where and as what a version is rendered."""
 

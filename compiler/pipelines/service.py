@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,8 +54,7 @@ from compiler.pipelines.attaching import (
     all_or_nothing,
     current_of,
 )
-from compiler.pipelines.compile import StepLimits
-from compiler.pipelines.definitions import Fetched, Rendered, Target
+from compiler.pipelines.definitions import Fetched, Limits, Rendered, Target
 from compiler.pipelines.ports import (
     Attachment,
     Caller,
@@ -83,22 +81,6 @@ from shared.logging import get_logger
 from shared.pipelines import GitDefinition, PipelineBody, PipelineKind, parse_body
 
 log = get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """What the settings fix for every render."""
-
-    data: StepLimits
-    ml: StepLimits
-    artifact_bucket: str
-    templates_kept: int = 10
-    schedule_min_interval: float = 300.0
-    # Experiment tracking is configured: ML pipelines' containers get the MLflow account.
-    tracking: bool = False
-
-    def step_limits(self, kind: PipelineKind) -> StepLimits:
-        return self.ml if kind == L.PIPELINE_KIND_ML else self.data
 
 
 def new_pipeline_id() -> str:
