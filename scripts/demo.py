@@ -22,6 +22,7 @@ from pathlib import Path
 import asyncpg
 import showcase_git
 from chart_environment import only_what_it_reads, reader_url
+from showcase_inference import SERVING_DOMAIN, inference_showcase
 from showcase_schedules import schedules_showcase
 from showcase_secrets import secrets_showcase
 from showcase_stages import showcase_stages  # scripts/ is on the path: this file's folder
@@ -326,88 +327,6 @@ async def pipelines_showcase() -> None:
         log(f"PUT /api/v1/data-pipelines/{pipeline} → {status}: versions {listed}")
 
 
-SERVING_DOMAIN = "models.demo.test"
-INFERENCE_AUTH_HEALTH = "http://127.0.0.1:8134/readyz"
-
-
-async def inference_showcase(url: str, processes: dict[str, subprocess.Popen[bytes]]) -> None:
-    """A model endpoint behind nginx and inference_auth: one deployment and its backend
-    registered through the token module (as serving will), then a valid, another
-    deployment's and a revoked token sent through nginx."""
-    import aiohttp
-
-    from shared.db.inference_tokens import TokenStore
-    from shared.db.pool import create_pool
-    from shared.inference_tokens import DeploymentRef
-    from sim.ingress import ExternalAuth, Nginx, deployment_sites, free_port
-
-    async with aiohttp.ClientSession() as http:
-        for _ in range(300):
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.get(INFERENCE_AUTH_HEALTH) as answer:
-                    if answer.status == 200:
-                        break
-            await asyncio.sleep(0.2)
-        else:
-            log("inference_auth did not become ready: see .run/demo/inference_auth.log")
-            return
-    model_port = free_port()
-    processes["model"] = start(
-        "model",
-        [sys.executable, "-m", "sim.ingress", "model", "--port", str(model_port)],
-        dict(os.environ),
-    )
-    pool = await create_pool(url, min_size=1, max_size=2)
-    try:
-        store = TokenStore(pool)
-        fraud = {"tenant": "demo", "model": "fraud", "environment": "production"}
-        churn = {"tenant": "demo", "model": "churn", "environment": "production"}
-        hosts = []
-        for deployment in (fraud, churn):
-            registered = await store.register_deployment(**deployment, domain=SERVING_DOMAIN)
-            hosts.append(registered.host)
-        valid = await store.issue(actor="demo", **fraud)
-        wrong = await store.issue(actor="demo", **churn)
-        revoked = await store.issue(actor="demo", **fraud)
-        nginx = Nginx(
-            prefix=STATE / "nginx",
-            # Each deployment's Ingress as the platform writes it: its auth-url names it.
-            sites=deployment_sites(
-                [DeploymentRef(**deployment) for deployment in (fraud, churn)],
-                domain=SERVING_DOMAIN,
-                backend=f"127.0.0.1:{model_port}",
-            ),
-            auth=ExternalAuth(servers=(f"127.0.0.1:{DEPLOYABLES['inference_auth'][0]}",)),
-        )
-        async with nginx, aiohttp.ClientSession() as http:
-            log(
-                f"model endpoint {hosts[0]} (nginx {nginx.url}, auth_request → "
-                "inference_auth, as ingress-nginx renders the deployment's Ingress: its auth-url "
-                "names the deployment; tokens from the token module)"
-            )
-
-            async def call(label: str, token: str) -> None:
-                for _ in range(50):  # the stand-in model may still be starting
-                    async with http.post(
-                        f"{nginx.url}/v1/models/fraud:predict",
-                        json={"instances": [[1.0, 2.0]]},
-                        headers={"Host": hosts[0], "Authorization": f"Bearer {token}"},
-                    ) as answer:
-                        if answer.status not in (502, 503, 504):
-                            break
-                    await asyncio.sleep(0.2)
-                log(f"POST {hosts[0]}/v1/models/fraud:predict with {label} → {answer.status}")
-
-            await call("a valid token", valid.token)
-            await call("demo/churn's token (another deployment)", wrong.token)
-            await call("a token, before revoking it", revoked.token)
-            await store.revoke(revoked.token_id, actor="demo")
-            await asyncio.sleep(1)  # revocation reaches every replica within a second
-            await call("the same token, revoked", revoked.token)
-    finally:
-        await pool.close()
-
-
 async def cluster_names(http: object) -> dict[str, str]:
     import aiohttp
 
@@ -540,7 +459,16 @@ async def main() -> None:
         showcases = [
             showcase_task,
             asyncio.create_task(pipelines_showcase()),
-            asyncio.create_task(inference_showcase(url, processes)),
+            asyncio.create_task(
+                inference_showcase(
+                    url,
+                    processes,
+                    start=start,
+                    log=log,
+                    state=STATE,
+                    auth_port=DEPLOYABLES["inference_auth"][0],
+                )
+            ),
             asyncio.create_task(
                 schedules_showcase(API, TENANT_HEADERS, log, kubeconfig=host["kubeconfig"])
             ),
