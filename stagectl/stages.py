@@ -21,6 +21,7 @@ the workflow to change.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import OrderedDict
@@ -37,7 +38,7 @@ from shared.db.registry_store import RegistryStore
 from shared.errors import NotFound
 from shared.logging import get_logger
 from stagectl import admission, metrics
-from stagectl.argo_nodes import complete
+from stagectl.argo_nodes import TAMPERED_MESSAGE, complete
 from stagectl.gate import evaluate
 from stagectl.outcomes import (
     RUN_ENDED_REASON,
@@ -76,9 +77,9 @@ class StageWork:
         self._versions: OrderedDict[tuple[str, int], tuple[PipelineRow, VersionRow]] = OrderedDict()
         self._refused: set[tuple[str, str]] = set()
         self._cluster: tuple[str, float] | None = None
-        # (run uid, stage) -> the resourceVersion our completion produced: an older copy of the
-        # workflow still shows the node waiting and needs nothing more.
-        self._completed: OrderedDict[tuple[str, str], int] = OrderedDict()
+        # (run uid, attempt started, stage) -> the resourceVersion our completion produced: an
+        # older copy of the workflow still shows the node waiting and needs nothing more.
+        self._completed: OrderedDict[tuple[str, str, str], int] = OrderedDict()
 
     async def fetch(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The workflow as the Argo server shows it (its offloaded nodes hydrated); None when
@@ -98,22 +99,18 @@ class StageWork:
         run = read_run(workflow)
         if run is None:
             return
-        done = self._completed.get((run.uid, waiting.stage))
+        done = self._completed.get((run.uid, run.attempt, waiting.stage))
         if done is not None and run.resource_version < done:
             return  # a copy from before our own completion
+        attempt, stored = await self._attempt(run, waiting)
+        run = dataclasses.replace(run, attempt=attempt)
+        if stored is not None and stored.completed_at is not None and not waiting.node_id:
+            return  # done, and there is no node to complete
         release = await self._admit(run, workflow, waiting)
         if release is None:
             return
         admitted_at = time.monotonic()
         with storage_time() as waited:
-            stored = None
-            if waiting.stage == S.REGISTER or not waiting.node_id:
-                # Register's work copies files and a node-less cleanup has nothing to complete:
-                # look first. The other stages' work only reads; their commit point answers
-                # the outcome recorded before, if any (one round trip less in a burst).
-                stored = await RegistryStore(self._pool).outcome(run.uid, waiting.stage)
-            if stored is not None and stored.completed_at is not None and not waiting.node_id:
-                return  # done, and there is no node to complete
             outcome = Outcome.from_json(stored.outcome) if stored else None
             if outcome is None:
                 outcome = await self._work(waiting.stage, release)
@@ -121,7 +118,9 @@ class StageWork:
                 return  # waiting for a person
         worked_at = time.monotonic()
         if not waiting.node_id:  # nothing waits: the outcome is the whole of it
-            await RegistryStore(self._pool).mark_completed(run.uid, waiting.stage)
+            await RegistryStore(self._pool).mark_completed(
+                run.uid, waiting.stage, run.attempt, resource_version=run.resource_version
+            )
             log.info("stage_done_without_node", workflow=run.name, stage=waiting.stage)
             return
         changed = await self._complete(release.ref, waiting.stage, outcome)
@@ -140,12 +139,35 @@ class StageWork:
                 },
             )
 
+    async def _attempt(
+        self, run: RunFacts, waiting: WaitingStage
+    ) -> tuple[str, StageOutcome | None]:
+        """Which attempt of the run's ``waiting`` stage this is, and the outcome it recorded.
+        An attempt is the run's ``status.startedAt`` (an in-place retry sets it anew); a node
+        that waits again in a copy newer than our completion of it, within the same second,
+        is the next attempt (``<startedAt>#2``, ...: migration 0016)."""
+        recorded = await RegistryStore(self._pool).outcomes(run.uid, waiting.stage, run.attempt)
+        attempt, stored = run.attempt, None
+        by_attempt = {row.attempt: row for row in recorded}
+        for n in range(1, len(recorded) + 2):
+            attempt = run.attempt if n == 1 else f"{run.attempt}#{n}"
+            stored = by_attempt.get(attempt)
+            waits_again = (
+                stored is not None
+                and waiting.node_id != ""
+                and stored.completed_rv is not None
+                and run.resource_version > stored.completed_rv
+            )
+            if not waits_again:
+                break
+        return attempt, stored
+
     async def _admit(
         self, run: RunFacts, workflow: Mapping[str, Any], waiting: WaitingStage
     ) -> Release | None:
         pipeline, version = await self._version(run)
         reason = admission.refusal(run, waiting, pipeline, version)
-        ref = RunRef(await self._host_cluster_id(), run.namespace, run.name, run.uid)
+        ref = RunRef(await self._host_cluster_id(), run.namespace, run.name, run.uid, run.attempt)
         if reason is not None:
             async with RegistryStore.transaction(self._pool) as store:
                 await self._refuse(store, ref, run, waiting, reason)
@@ -272,7 +294,9 @@ class StageWork:
             ):
                 approval = None
             else:
-                approval = await store.request_approval(version, expires_in=self._approval_timeout)
+                approval = await store.request_approval(
+                    version, expires_in=self._approval_timeout, attempt=release.ref.attempt
+                )
         if approval is None:
             message = "this run has no version that passed its gate to approve"
             return await self._commit(release, S.APPROVAL, Outcome.failed(S.APPROVAL, message))
@@ -299,13 +323,21 @@ class StageWork:
         started = time.monotonic()
         async with RegistryStore.transaction(self._pool) as store:
             approval = await store.approval(run_uid)
-            stored = await store.outcome(run_uid, S.APPROVAL)
+            stored = (
+                await store.outcome(run_uid, S.APPROVAL, approval.attempt) if approval else None
+            )
             model = await store.model(approval.model_id) if approval else None
         if approval is None or model is None or approval.state == "pending":
             return
         if stored is not None and stored.completed_at is not None:
             return
-        ref = RunRef(approval.cluster_id, approval.run_namespace, approval.run_name, run_uid)
+        ref = RunRef(
+            approval.cluster_id,
+            approval.run_namespace,
+            approval.run_name,
+            run_uid,
+            approval.attempt,
+        )
         outcome = (
             Outcome.from_json(stored.outcome)
             if stored
@@ -320,8 +352,22 @@ class StageWork:
             )
 
     async def finish_recorded(self, stored: StageOutcome) -> None:
-        """Complete the node of an outcome recorded earlier and never marked completed."""
-        await self._complete(stored.run, stored.stage, Outcome.from_json(stored.outcome))
+        """Complete the node of an outcome recorded earlier and never marked completed, unless
+        the run has moved on to another attempt (a retry): that attempt's node gets its own
+        outcome, so this one is only marked completed."""
+        ref = stored.run
+        try:
+            current = read_run(await self._argo.get(ref.namespace, ref.name))
+        except NotFound:
+            current = None
+        if current is None or current.uid != ref.uid:
+            await RegistryStore(self._pool).mark_completed(ref.uid, stored.stage, ref.attempt)
+            return
+        if ref.attempt and current.attempt != ref.attempt.partition("#")[0]:
+            await RegistryStore(self._pool).mark_completed(ref.uid, stored.stage, ref.attempt)
+            log.info("stage_outcome_superseded", workflow=ref.name, stage=stored.stage)
+            return
+        await self._complete(ref, stored.stage, Outcome.from_json(stored.outcome))
 
     # --- cleanup --------------------------------------------------------------------------
     async def _cleanup(self, release: Release) -> Outcome:
@@ -368,16 +414,46 @@ class StageWork:
     async def _complete(self, ref: RunRef, stage: str, outcome: Outcome) -> float:
         """Complete the node with the recorded outcome, then mark the outcome completed.
         The seconds the Argo server's calls took when this attempt changed the node; 0.0
-        when an earlier attempt had."""
+        when an earlier attempt had. A node whose outputs someone else set is failed and
+        audited (``stagectl.argo_nodes``)."""
         started = time.monotonic()
-        version = await complete(self._argo, ref.namespace, ref.name, stage, outcome)
+        done = await complete(self._argo, ref.namespace, ref.name, stage, outcome)
         answered = time.monotonic() - started
-        await RegistryStore(self._pool).mark_completed(ref.uid, stage)
-        key = (ref.uid, stage)
-        self._completed[key] = max(version, self._completed.get(key, 0))
+        if done.tampered is not None:
+            await self._tampered(ref, stage, outcome, done.tampered)
+        await RegistryStore(self._pool).mark_completed(
+            ref.uid, stage, ref.attempt, resource_version=done.resource_version
+        )
+        key = (ref.uid, ref.attempt.partition("#")[0], stage)
+        self._completed[key] = max(done.resource_version, self._completed.get(key, 0))
         if len(self._completed) > 10 * _CACHED:
             self._completed.popitem(last=False)
-        return max(answered, 1e-9) if version > 0 else 0.0
+        return max(answered, 1e-9) if done.resource_version > 0 else 0.0
+
+    async def _tampered(
+        self, ref: RunRef, stage: str, outcome: Outcome, found: dict[str, str]
+    ) -> None:
+        metrics.REFUSED.labels(stage=stage).inc()
+        log.warning(
+            "stage_outputs_tampered",
+            namespace=ref.namespace,
+            workflow=ref.name,
+            stage=stage,
+            recorded=json.dumps(outcome.outputs, sort_keys=True),
+            found=json.dumps(found, sort_keys=True)[:500],
+        )
+        await RegistryStore(self._pool).audit(
+            ref,
+            tenant=admission.tenant_of(ref.namespace),
+            action="stage_tampered",
+            outcome="refused",
+            detail={
+                "stage": stage,
+                "reason": TAMPERED_MESSAGE,
+                "recorded": outcome.outputs,
+                "found": found,
+            },
+        )
 
     def _measure(
         self,

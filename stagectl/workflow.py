@@ -65,6 +65,8 @@ class RunFacts:
     phase: str | None
     shutdown: str | None
     repository_bucket: str | None  # status.artifactRepositoryRef's S3 bucket
+    # status.startedAt: which attempt of the run this is (an in-place retry sets it anew)
+    attempt: str = ""
     parameters: dict[str, str] = field(default_factory=dict)
     input_artifacts: list[dict[str, str]] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
@@ -137,6 +139,7 @@ def read_run(workflow: Mapping[str, Any]) -> RunFacts | None:
         phase=string(status.get("phase")),
         shutdown=string(spec.get("shutdown")),
         repository_bucket=string(as_mapping(repository.get("s3")).get("bucket")),
+        attempt=string(status.get("startedAt")) or "",
         parameters=parameters,
         input_artifacts=_input_artifacts(stored) + _input_artifacts(spec),
         labels=labels,

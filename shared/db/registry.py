@@ -54,6 +54,9 @@ class RunRef:
     namespace: str
     name: str
     uid: str
+    # Which attempt of the run (its status.startedAt: an in-place retry starts a new one);
+    # a stage's outcome belongs to one attempt (migration 0016).
+    attempt: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,7 @@ class ApprovalRow:
     decided_by: str | None
     decided_at: datetime | None
     reason: str | None
+    attempt: str = ""  # the attempt whose approval stage asked (migration 0016)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +120,14 @@ class StageOutcome:
     outcome: dict[str, Any]  # {"phase", "outputs": {name: str}, "message"}
     recorded_at: datetime
     completed_at: datetime | None  # the node was completed on the Argo server
+    attempt: str = ""
+    completed_rv: int | None = None  # the workflow's resourceVersion once it was
 
     @property
     def run(self) -> RunRef:
-        return RunRef(self.cluster_id, self.run_namespace, self.run_name, self.run_uid)
+        return RunRef(
+            self.cluster_id, self.run_namespace, self.run_name, self.run_uid, self.attempt
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,14 +171,15 @@ VERSION_COLUMNS: Final = (
 )
 APPROVAL_COLUMNS: Final = (
     "run_uid, model_id, version, cluster_id, run_namespace, run_name, state, requested_at, "
-    "expires_at, decided_by, decided_at, reason"
+    "expires_at, decided_by, decided_at, reason, attempt"
 )
 # The same columns, of the approvals table aliased ``a``.
 APPROVAL_A_COLUMNS: Final = ", ".join(
     f"a.{column.strip()}" for column in APPROVAL_COLUMNS.split(",")
 )
 OUTCOME_COLUMNS: Final = (
-    "run_uid, stage, cluster_id, run_namespace, run_name, outcome, recorded_at, completed_at"
+    "run_uid, stage, cluster_id, run_namespace, run_name, outcome, recorded_at, completed_at, "
+    "attempt, completed_rv"
 )
 # "$N is the tenant, NULL for every tenant's" on a query over models.
 _TENANT: Final = "($%d::text IS NULL OR tenant = $%d)"

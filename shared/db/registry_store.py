@@ -56,14 +56,32 @@ class RegistryStore:
                 yield cls(conn)
 
     # --- stage outcomes -------------------------------------------------------------------
-    async def outcome(self, run_uid: str, stage: str) -> StageOutcome | None:
+    async def outcome(self, run_uid: str, stage: str, attempt: str) -> StageOutcome | None:
+        """The outcome the run's ``attempt`` recorded for ``stage`` (migration 0016)."""
         with translate_db_errors():
             row = await self._conn.fetchrow(
-                f"SELECT {OUTCOME_COLUMNS} FROM stage_outcomes WHERE run_uid = $1 AND stage = $2",
+                f"SELECT {OUTCOME_COLUMNS} FROM stage_outcomes "
+                "WHERE run_uid = $1 AND stage = $2 AND attempt = $3",
                 run_uid,
                 stage,
+                attempt,
             )
         return outcome_row(row)
+
+    async def outcomes(self, run_uid: str, stage: str, started: str) -> list[StageOutcome]:
+        """Every outcome of ``stage`` recorded by the run's attempts that started at
+        ``started`` (``started`` itself and ``started#n``), oldest first."""
+        with translate_db_errors():
+            rows = await self._conn.fetch(
+                f"SELECT {OUTCOME_COLUMNS} FROM stage_outcomes "
+                "WHERE run_uid = $1 AND stage = $2 "
+                "AND (attempt = $3 OR left(attempt, length($3) + 1) = $3 || '#') "
+                "ORDER BY recorded_at",
+                run_uid,
+                stage,
+                started,
+            )
+        return [StageOutcome(**dict(row)) for row in rows]
 
     async def record_outcome(
         self,
@@ -81,8 +99,8 @@ class RegistryStore:
         with translate_db_errors():
             row = await self._conn.fetchrow(
                 "WITH o AS (INSERT INTO stage_outcomes (run_uid, stage, cluster_id, run_namespace, "
-                "run_name, outcome) VALUES ($1, $2, $3, $4, $5, $6) "
-                f"ON CONFLICT (run_uid, stage) DO NOTHING RETURNING {OUTCOME_COLUMNS}), "
+                "run_name, outcome, attempt) VALUES ($1, $2, $3, $4, $5, $6, $21) "
+                f"ON CONFLICT (run_uid, stage, attempt) DO NOTHING RETURNING {OUTCOME_COLUMNS}), "
                 f"a AS (INSERT INTO run_actions ({ACTION_COLUMNS}) SELECT $3, $4, $5, $1, $7, $8, "
                 "$9, '{}'::jsonb, $10, $11 FROM o), "
                 "v AS (UPDATE model_versions SET "
@@ -90,7 +108,7 @@ class RegistryStore:
                 "ELSE state END, verdict = coalesce($15, verdict), "
                 "reasons = coalesce($16, reasons), scorecard = coalesce($17, scorecard), "
                 "lineage = coalesce($18, lineage), "
-                "release_outcome = coalesce(release_outcome, $19), updated_at = now() "
+                "release_outcome = coalesce($19, release_outcome), updated_at = now() "
                 "WHERE model_id = $12 AND number = $20 AND EXISTS (SELECT 1 FROM o)) "
                 f"SELECT {OUTCOME_COLUMNS} FROM o",
                 run.uid,
@@ -113,26 +131,35 @@ class RegistryStore:
                 change.lineage,
                 change.release_outcome,
                 change.number,
+                run.attempt,
             )
             inserted = row is not None
             if row is None:
                 row = await self._conn.fetchrow(
                     f"SELECT {OUTCOME_COLUMNS} FROM stage_outcomes "
-                    "WHERE run_uid = $1 AND stage = $2",
+                    "WHERE run_uid = $1 AND stage = $2 AND attempt = $3",
                     run.uid,
                     stage,
+                    run.attempt,
                 )
         found = outcome_row(row)
         assert found is not None  # inserted, or there already
         return found, inserted
 
-    async def mark_completed(self, run_uid: str, stage: str) -> None:
+    async def mark_completed(
+        self, run_uid: str, stage: str, attempt: str, *, resource_version: int = 0
+    ) -> None:
+        """The attempt's node is completed; ``resource_version``: the workflow's once it was
+        (0: not known)."""
         with translate_db_errors():
             await self._conn.execute(
-                "UPDATE stage_outcomes SET completed_at = coalesce(completed_at, now()) "
-                "WHERE run_uid = $1 AND stage = $2",
+                "UPDATE stage_outcomes SET completed_at = coalesce(completed_at, now()), "
+                "completed_rv = greatest(completed_rv, nullif($4, 0)) "
+                "WHERE run_uid = $1 AND stage = $2 AND attempt = $3",
                 run_uid,
                 stage,
+                attempt,
+                resource_version,
             )
 
     async def open_outcomes(self, *, older_than: float = 0.0) -> list[StageOutcome]:
@@ -264,15 +291,19 @@ class RegistryStore:
             )
 
     # --- approvals ------------------------------------------------------------------------
-    async def request_approval(self, version: VersionRow, *, expires_in: float) -> ApprovalRow:
-        """The run's approval: the one requested already, or a new pending one expiring
-        ``expires_in`` seconds from now (PostgreSQL's clock: the one expiry is judged by)."""
+    async def request_approval(
+        self, version: VersionRow, *, expires_in: float, attempt: str
+    ) -> ApprovalRow:
+        """The run's approval: the one requested already (now asked for by ``attempt``: a
+        retried run's new approval node is completed with the decision made), or a new pending
+        one expiring ``expires_in`` seconds from now (PostgreSQL's clock: the one expiry is
+        judged by)."""
         with translate_db_errors():
             await self._conn.execute(
                 "INSERT INTO approvals (run_uid, model_id, version, cluster_id, run_namespace, "
-                "run_name, expires_at) "
-                "VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7)) "
-                "ON CONFLICT (run_uid) DO NOTHING",
+                "run_name, expires_at, attempt) "
+                "VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7), $8) "
+                "ON CONFLICT (run_uid) DO UPDATE SET attempt = EXCLUDED.attempt",
                 version.run_uid,
                 version.model_id,
                 version.number,
@@ -280,6 +311,7 @@ class RegistryStore:
                 version.run_namespace,
                 version.run_name,
                 expires_in,
+                attempt,
             )
             row = await self._conn.fetchrow(
                 f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE run_uid = $1", version.run_uid
@@ -327,7 +359,7 @@ class RegistryStore:
             rows = await self._conn.fetch(
                 f"SELECT {APPROVAL_A_COLUMNS} "
                 "FROM approvals a LEFT JOIN stage_outcomes o "
-                "ON o.run_uid = a.run_uid AND o.stage = 'approval' "
+                "ON o.run_uid = a.run_uid AND o.stage = 'approval' AND o.attempt = a.attempt "
                 "WHERE a.state <> 'pending' AND (o.run_uid IS NULL OR o.completed_at IS NULL) "
                 "ORDER BY a.decided_at"
             )

@@ -92,7 +92,7 @@ async def register(
 
 async def pending(api: Api, version: VersionRow) -> None:
     async with RegistryStore.transaction(api.pool) as store:
-        await store.request_approval(version, expires_in=3600)
+        await store.request_approval(version, expires_in=3600, attempt="")
 
 
 async def call(

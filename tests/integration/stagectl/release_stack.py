@@ -29,18 +29,27 @@ WORKFLOWS = ("argoproj.io", "v1alpha1", "workflows")
 GOOD_SCORECARD = {"auc": 0.91, "loss": 0.2}
 
 
-def ml_spec(*, scorecard: str | None, model_env: bool = True, fail_train: bool = False) -> Obj:
+def ml_spec(
+    *, scorecard: str | None, model_env: bool = True, fail_train: bool | str = False
+) -> Obj:
     """Train writes a model, evaluate writes ``scorecard`` (the text of eval_scorecard.json;
-    None: the step writes no such variable, so the sim stores a line of text)."""
+    None: the step writes no such variable, so the sim stores a line of text). ``fail_train``
+    "param": train fails unless the run's parameter ``fail`` is "false" (a retry can set it)."""
     evaluate_env = (
         [] if scorecard is None else [{"name": "SIM_ARTIFACT_SCORECARD", "value": scorecard}]
     )
-    train_env = [{"name": "SIM_FAIL", "value": "true" if fail_train else "false"}]
+    parameters = [{"name": "day", "default": "2026-01-01"}]
+    if fail_train == "param":
+        parameters.append({"name": "fail", "default": "true"})
+        fail = "{{workflow.parameters.fail}}"
+    else:
+        fail = "true" if fail_train else "false"
+    train_env = [{"name": "SIM_FAIL", "value": fail}]
     if model_env:
         train_env.append({"name": "SIM_ARTIFACT_MODEL", "value": "weights"})
     return {
         "apiVersion": "pipelines.kubeopera.io/v1",
-        "parameters": [{"name": "day", "default": "2026-01-01"}],
+        "parameters": parameters,
         "steps": [
             {
                 "name": "train",
@@ -116,7 +125,7 @@ class ReleaseStack:
         *,
         scorecard: str | None = json.dumps(GOOD_SCORECARD),
         model_env: bool = True,
-        fail_train: bool = False,
+        fail_train: bool | str = False,
         **release_fields: Any,
     ) -> str:
         body = {
@@ -159,7 +168,8 @@ class ReleaseStack:
 
     async def outcome(self, uid: str, stage: str) -> Obj | None:
         row = await self.pool.fetchrow(
-            "SELECT outcome, completed_at FROM stage_outcomes WHERE run_uid = $1 AND stage = $2",
+            "SELECT outcome, completed_at FROM stage_outcomes WHERE run_uid = $1 AND stage = $2 "
+            "ORDER BY recorded_at DESC LIMIT 1",  # the latest attempt's
             uid,
             stage,
         )

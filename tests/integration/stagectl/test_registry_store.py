@@ -83,14 +83,14 @@ async def test_outcome_recorded_once(db: asyncpg.Pool) -> None:
     assert second.outcome == first.outcome == {"phase": "Succeeded"}
     assert [o.stage for o in await store.open_outcomes()] == ["gate"]
     assert await store.open_outcomes(older_than=3600) == []
-    await store.mark_completed(run(1).uid, "gate")
+    await store.mark_completed(run(1).uid, "gate", run(1).attempt)
     assert await store.open_outcomes() == []
 
 
 async def approval_for(db: asyncpg.Pool, n: int, *, expires_in: float = 3600) -> VersionRow:
     version = await register(db, n)
     async with RegistryStore.transaction(db) as store:
-        await store.request_approval(version, expires_in=expires_in)
+        await store.request_approval(version, expires_in=expires_in, attempt="")
     return version
 
 
