@@ -26,7 +26,13 @@ from shared.queueing import Pending
 from shared.stages import STAGES
 from stagectl import metrics
 from stagectl.stages import StageWork
-from stagectl.workflow import WaitingStage, needs_fetch, unhandled_exit, waiting_stages
+from stagectl.workflow import (
+    WaitingStage,
+    deleted_exit,
+    needs_fetch,
+    unhandled_exit,
+    waiting_stages,
+)
 
 log = get_logger(__name__)
 
@@ -96,6 +102,8 @@ class Dispatcher:
         value = pending.value
         if isinstance(value, Mapping) and (needs_fetch(value) or stages_of(value)):
             return True
+        if isinstance(value, Deleted) and value.final and deleted_exit(value.final):
+            return True
         if key in self._failures and not isinstance(value, Mapping):
             self._failures.pop(key, None)
         return False
@@ -107,6 +115,9 @@ class Dispatcher:
     async def _attempt(self, key: WorkflowKey, pending: Pending[Any]) -> bool:
         """Every waiting stage of the workflow; False when one must be tried again."""
         value = pending.value
+        if isinstance(value, Deleted) and value.final:
+            ended = deleted_exit(value.final)
+            return await self._stages(key, value.final, [ended] if ended else [], pending)
         if isinstance(value, Deleted) or not isinstance(value, Mapping):
             self._failures.pop(key, None)
             self._settled(key)
@@ -119,10 +130,19 @@ class Dispatcher:
             except Exception as exc:
                 log.warning("stage_fetch_failed", namespace=key[1], workflow=key[2], error=str(exc))
                 return False
-            if value is None:  # gone meanwhile
+            if value is None:  # gone meanwhile: its deletion comes on the watch
                 self._failures.pop(key, None)
                 return True
-        for waiting in stages_of(value):
+        return await self._stages(key, value, stages_of(value), pending)
+
+    async def _stages(
+        self,
+        key: WorkflowKey,
+        value: Mapping[str, Any],
+        stages: list[WaitingStage],
+        pending: Pending[Any],
+    ) -> bool:
+        for waiting in stages:
             try:
                 await self._work.handle(value, waiting, seen_at=pending.first_seen)
             except asyncio.CancelledError:

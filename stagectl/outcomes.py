@@ -26,6 +26,7 @@ GATE_FAILED: Final = "gate_failed"
 REJECTED: Final = "rejected"
 EXPIRED: Final = "expired"
 STOPPED: Final = "stopped"  # someone stopped or terminated the run
+DELETED: Final = "deleted"  # the workflow was deleted before its release ended
 FAILED: Final = "failed"  # the run's own work (or a stage) failed
 ABANDONED: Final = "abandoned"  # registration began and never finished: its files are removed
 NOT_REGISTERED: Final = "not_registered"  # the run ended before any version was allocated
@@ -167,14 +168,17 @@ def release_ending(
     version_state: str | None,
     root_phase: str | None,
     shutdown: str | None,
+    deleted: bool = False,
 ) -> str:
     """How a run's release ended, as its cleanup stage records it: from the state its version
-    reached (None: no version was allocated), whether someone stopped the run, and how the
-    run's own work ended (the root node's phase)."""
+    reached (None: no version was allocated), whether someone stopped or deleted the run, and
+    how the run's own work ended (the root node's phase)."""
     if version_state is None:
-        return STOPPED if shutdown else NOT_REGISTERED
+        return DELETED if deleted else STOPPED if shutdown else NOT_REGISTERED
     if version_state in ("registering", "abandoned"):
         return ABANDONED
+    if deleted and version_state not in ("failed", REJECTED, EXPIRED):
+        return DELETED
     if version_state == "failed":
         return GATE_FAILED
     if version_state in (REJECTED, EXPIRED):

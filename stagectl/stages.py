@@ -113,7 +113,7 @@ class StageWork:
         with storage_time() as waited:
             outcome = Outcome.from_json(stored.outcome) if stored else None
             if outcome is None:
-                outcome = await self._work(waiting.stage, release)
+                outcome = await self._work(waiting, release)
             if outcome is None:
                 return  # waiting for a person
         worked_at = time.monotonic()
@@ -244,14 +244,15 @@ class StageWork:
             detail={"stage": waiting.stage, "node": waiting.node_name, "reason": reason},
         )
 
-    async def _work(self, stage: str, release: Release) -> Outcome | None:
+    async def _work(self, waiting: WaitingStage, release: Release) -> Outcome | None:
+        stage = waiting.stage
         if stage == S.REGISTER:
             return await register(release, pool=self._pool, objects=self._objects)
         if stage == S.GATE:
             return await self._gate(release)
         if stage == S.APPROVAL:
             return await self._approval(release)
-        return await self._cleanup(release)
+        return await self._cleanup(release, deleted=waiting.gone)
 
     # --- gate -----------------------------------------------------------------------------
     async def _gate(self, release: Release) -> Outcome:
@@ -370,9 +371,10 @@ class StageWork:
         await self._complete(ref, stored.stage, Outcome.from_json(stored.outcome))
 
     # --- cleanup --------------------------------------------------------------------------
-    async def _cleanup(self, release: Release) -> Outcome:
+    async def _cleanup(self, release: Release, *, deleted: bool = False) -> Outcome:
         """What a release that did not complete left behind is removed or marked; the version
-        records how its release ended."""
+        records how its release ended (``deleted``: the workflow is gone, and this is its last
+        state's cleanup)."""
         store = RegistryStore(self._pool)
         version = await store.version_for_run(release.run.uid)
         expired = await store.expire_pending(release.run.uid, actor=ACTOR, reason=RUN_ENDED_REASON)
@@ -386,6 +388,7 @@ class StageWork:
             version_state=version.state if version else None,
             root_phase=root_phase(release.workflow),
             shutdown=release.run.shutdown,
+            deleted=deleted,
         )
         message = f"release {ending}" + (
             f"; {removed} partial registry files removed" if removed else ""

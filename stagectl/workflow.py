@@ -47,6 +47,7 @@ class WaitingStage:
     stage: str
     node_id: str
     node_name: str
+    gone: bool = False  # the workflow was deleted: this is its last state's cleanup
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +198,23 @@ def unhandled_exit(workflow: Mapping[str, Any]) -> WaitingStage | None:
     if any(as_mapping(node).get("name") == exit_node for node in _nodes(workflow).values()):
         return None
     return WaitingStage(stage=S.CLEANUP, node_id="", node_name=exit_node)
+
+
+def deleted_exit(workflow: Mapping[str, Any]) -> WaitingStage | None:
+    """The cleanup stage of a run deleted before its exit handler finished (``workflow`` is
+    its last state): its template's exit handler is the platform's and its exit node has not
+    succeeded. Nothing is left to complete; the controller records how the release ended and
+    removes what it left behind, as for a terminated run."""
+    name = string(as_mapping(workflow.get("metadata")).get("name"))
+    stored = as_mapping(as_mapping(workflow.get("status")).get("storedWorkflowTemplateSpec"))
+    if name is None or stored.get("onExit") != S.template_name(S.CLEANUP):
+        return None
+    exit_node = stage_node_name(name, S.CLEANUP)
+    for node in _nodes(workflow).values():
+        node = as_mapping(node)
+        if node.get("name") == exit_node and node.get("phase") == "Succeeded":
+            return None
+    return WaitingStage(stage=S.CLEANUP, node_id="", node_name=exit_node, gone=True)
 
 
 def stage_node_name(workflow_name: str, stage: str) -> str:

@@ -93,6 +93,26 @@ def test_how_a_release_ended(
     assert release_ending(version_state=state, root_phase=root, shutdown=shutdown) == ending
 
 
+@pytest.mark.parametrize(
+    ("state", "ending"),
+    [
+        (None, "deleted"),
+        ("registering", "abandoned"),
+        ("registered", "deleted"),
+        ("passed", "deleted"),
+        ("approved", "deleted"),
+        ("failed", "gate_failed"),
+        ("rejected", "rejected"),
+        ("expired", "expired"),
+    ],
+)
+def test_how_a_deleted_run_s_release_ended(state: str | None, ending: str) -> None:
+    """A decided ending stands; anything still in flight ended because the run was deleted."""
+    assert (
+        release_ending(version_state=state, root_phase=None, shutdown=None, deleted=True) == ending
+    )
+
+
 def test_approval_outcomes() -> None:
     assert approval_outcome("pending", None) is None
     approved = approval_outcome("approved", "ship it")
