@@ -9,7 +9,10 @@ one run are done in order and a stage is never attempted twice concurrently by t
 
 A stage that fails for a reason outside the run (PostgreSQL, object storage or the Argo server
 away, a bug) is tried again after a backoff by putting the workflow back, unless a newer state
-of it arrived meanwhile.
+of it arrived meanwhile. A long stage that is waiting on something outside it (a deployment
+becoming ready) answers when to look again: the workflow is put back after that delay, again
+unless a newer state arrived first, and is not counted as a failure. Its progress is stored
+(``stage_progress``), so a restart or a new leader looks again at once and continues from it.
 """
 
 from __future__ import annotations
@@ -85,14 +88,16 @@ class Dispatcher:
 
     async def _one(self, group: asyncio.TaskGroup, key: WorkflowKey, pending: Pending[Any]) -> None:
         try:
-            retry = not await self._attempt(key, pending)
+            done = await self._attempt(key, pending)
         finally:
             self._busy.discard(key)
             self._slots.release()
         newer = self._deferred.pop(key, None)
         if newer is not None:
             self._queue.requeue([(key, newer)])
-        elif retry:
+        elif isinstance(done, float):
+            group.create_task(self._later(done, key, pending))
+        elif not done:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
             delay = min(self._backoff[1], self._backoff[0] * 2 ** (failures - 1))
@@ -112,8 +117,9 @@ class Dispatcher:
         await asyncio.sleep(delay)
         self._queue.requeue([(key, pending)])  # unless a newer state arrived meanwhile
 
-    async def _attempt(self, key: WorkflowKey, pending: Pending[Any]) -> bool:
-        """Every waiting stage of the workflow; False when one must be tried again."""
+    async def _attempt(self, key: WorkflowKey, pending: Pending[Any]) -> bool | float:
+        """Every waiting stage of the workflow; False when one must be tried again, or the
+        seconds after which a stage asked to be looked at again."""
         value = pending.value
         if isinstance(value, Deleted) and value.final:
             ended = deleted_exit(value.final)
@@ -141,10 +147,13 @@ class Dispatcher:
         value: Mapping[str, Any],
         stages: list[WaitingStage],
         pending: Pending[Any],
-    ) -> bool:
+    ) -> bool | float:
+        again: float | None = None
         for waiting in stages:
             try:
-                await self._work.handle(value, waiting, seen_at=pending.first_seen)
+                later = await self._work.handle(value, waiting, seen_at=pending.first_seen)
+                if later is not None:
+                    again = later if again is None else min(again, later)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -166,7 +175,7 @@ class Dispatcher:
                 return False
         self._failures.pop(key, None)
         self._settled(key)
-        return True
+        return True if again is None else float(again)
 
     def _settled(self, key: WorkflowKey) -> None:
         if self._failing.pop(key, None) is not None:

@@ -69,6 +69,17 @@ class Outcome:
         return cls(phase="Failed", outputs=empty, message=message)
 
 
+@dataclass(frozen=True, slots=True)
+class Later:
+    """A long stage not done yet: its progress (``step`` and ``state``, stored in
+    ``stage_progress`` so a restart or a new leader continues from it) and when to look
+    again."""
+
+    step: str
+    state: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 1.0
+
+
 class ScorecardError(ValueError):
     """The scorecard cannot be registered; the message tells the tenant what to fix."""
 

@@ -42,6 +42,7 @@ from stagectl.argo_nodes import TAMPERED_MESSAGE, complete
 from stagectl.gate import evaluate
 from stagectl.outcomes import (
     RUN_ENDED_REASON,
+    Later,
     Outcome,
     approval_outcome,
     release_ending,
@@ -92,37 +93,44 @@ class StageWork:
     # --- one waiting node -------------------------------------------------------------------
     async def handle(
         self, workflow: Mapping[str, Any], waiting: WaitingStage, *, seen_at: float
-    ) -> None:
+    ) -> float | None:
         """Do ``waiting``'s stage (once per run) and complete its node. ``seen_at`` is when
-        the node was seen waiting (``time.monotonic``): a stage's time is measured from it."""
+        the node was seen waiting (``time.monotonic``): a stage's time is measured from it.
+        A long stage that is not done yet stores its progress and answers the seconds after
+        which to look again (None: nothing more to do now)."""
         picked_at = time.monotonic()
         run = read_run(workflow)
         if run is None:
-            return
+            return None
         done = self._completed.get((run.uid, run.attempt, waiting.stage))
         if done is not None and run.resource_version < done:
-            return  # a copy from before our own completion
+            return None  # a copy from before our own completion
         attempt, stored = await self._attempt(run, waiting)
         run = dataclasses.replace(run, attempt=attempt)
         if stored is not None and stored.completed_at is not None and not waiting.node_id:
-            return  # done, and there is no node to complete
+            return None  # done, and there is no node to complete
         release = await self._admit(run, workflow, waiting)
         if release is None:
-            return
+            return None
         admitted_at = time.monotonic()
         with storage_time() as waited:
-            outcome = Outcome.from_json(stored.outcome) if stored else None
+            outcome: Outcome | Later | None = Outcome.from_json(stored.outcome) if stored else None
             if outcome is None:
                 outcome = await self._work(waiting, release)
             if outcome is None:
-                return  # waiting for a person
+                return None  # waiting for a person
+            if isinstance(outcome, Later):
+                await RegistryStore(self._pool).save_progress(
+                    run.uid, waiting.stage, run.attempt, step=outcome.step, state=outcome.state
+                )
+                return outcome.seconds
         worked_at = time.monotonic()
         if not waiting.node_id:  # nothing waits: the outcome is the whole of it
             await RegistryStore(self._pool).mark_completed(
                 run.uid, waiting.stage, run.attempt, resource_version=run.resource_version
             )
             log.info("stage_done_without_node", workflow=run.name, stage=waiting.stage)
-            return
+            return None
         changed = await self._complete(release.ref, waiting.stage, outcome)
         if changed:
             self._measure(
@@ -138,6 +146,7 @@ class StageWork:
                     "argo": changed,
                 },
             )
+        return None
 
     async def _attempt(
         self, run: RunFacts, waiting: WaitingStage
@@ -244,7 +253,7 @@ class StageWork:
             detail={"stage": waiting.stage, "node": waiting.node_name, "reason": reason},
         )
 
-    async def _work(self, waiting: WaitingStage, release: Release) -> Outcome | None:
+    async def _work(self, waiting: WaitingStage, release: Release) -> Outcome | Later | None:
         stage = waiting.stage
         if stage == S.REGISTER:
             return await register(release, pool=self._pool, objects=self._objects)

@@ -162,6 +162,35 @@ class RegistryStore:
                 resource_version,
             )
 
+    async def progress(
+        self, run_uid: str, stage: str, attempt: str
+    ) -> tuple[str, dict[str, Any]] | None:
+        """A long stage's stored progress in this attempt: its step and state."""
+        with translate_db_errors():
+            row = await self._conn.fetchrow(
+                "SELECT step, state FROM stage_progress "
+                "WHERE run_uid = $1 AND stage = $2 AND attempt = $3",
+                run_uid,
+                stage,
+                attempt,
+            )
+        return None if row is None else (str(row["step"]), dict(row["state"]))
+
+    async def save_progress(
+        self, run_uid: str, stage: str, attempt: str, *, step: str, state: dict[str, Any]
+    ) -> None:
+        with translate_db_errors():
+            await self._conn.execute(
+                "INSERT INTO stage_progress (run_uid, stage, attempt, step, state) "
+                "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_uid, stage, attempt) "
+                "DO UPDATE SET step = EXCLUDED.step, state = EXCLUDED.state, updated_at = now()",
+                run_uid,
+                stage,
+                attempt,
+                step,
+                state,
+            )
+
     async def open_outcomes(self, *, older_than: float = 0.0) -> list[StageOutcome]:
         """Outcomes recorded at least ``older_than`` seconds ago whose node was not completed
         yet (a crash in between, or a node that no longer waits and was never seen again)."""
