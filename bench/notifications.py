@@ -35,12 +35,12 @@ CHANNELS = [
 
 
 async def run(runs: int, delivered: int) -> dict[str, float]:
-    from compiler.k8s_objects import KubeObjects
     from compiler.notifications.http_senders import open_session
     from compiler.notifications.service import NotificationSender, SenderConfig
     from shared.db.pipelines import PipelineStore
     from shared.db.pool import create_pool
     from shared.k8s import client_from_kubeconfig
+    from shared.k8s_objects import KubeObjects
     from shared.pipelines import parse_body
     from sim.kube.server import start_cluster
     from sim.receivers import Receivers

@@ -34,12 +34,12 @@ sys.path.insert(0, str(ROOT))
 import structlog  # noqa: E402
 
 from bench._common import scratch_database  # noqa: E402
-from compiler.k8s_objects import KubeObjects  # noqa: E402
 from compiler.pipelines.ports import Caller  # noqa: E402
 from compiler.runner import assemble  # noqa: E402
 from shared.config import Settings  # noqa: E402
 from shared.db.pool import create_pool  # noqa: E402
 from shared.k8s import client_from_kubeconfig  # noqa: E402
+from shared.k8s_objects import KubeObjects  # noqa: E402
 from sim.world import start_world  # noqa: E402
 
 TENANT = "bench"

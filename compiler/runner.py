@@ -34,7 +34,6 @@ from compiler.gitsync.reach import Reach
 from compiler.gitsync.repositories import GitRepositories
 from compiler.gitsync.syncing import GitSync
 from compiler.internal_api import create_app
-from compiler.k8s_objects import KubeObjects
 from compiler.notifications.service import NotificationSender, SenderConfig
 from compiler.pipelines.compile import StepLimits
 from compiler.pipelines.definitions import Limits
@@ -51,6 +50,7 @@ from shared.db.migrations import apply_migrations
 from shared.db.pool import create_pool, database_ready
 from shared.health import HealthServer
 from shared.k8s import host_client
+from shared.k8s_objects import KubeObjects
 from shared.leader import LeaderElector
 from shared.logging import get_logger
 from shared.tasks import Supervisor

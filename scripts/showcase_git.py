@@ -148,9 +148,9 @@ async def git_showcase(
 
 
 async def _credentials(kubeconfig: str) -> None:
-    from compiler.k8s_objects import KubeObjects
     from shared import labels as L
     from shared.k8s import client_from_kubeconfig
+    from shared.k8s_objects import KubeObjects
 
     kube = await client_from_kubeconfig(await asyncio.to_thread(Path(kubeconfig).read_text))
     try:

@@ -166,6 +166,12 @@ class Settings(BaseSettings):
     STAGE_APPROVAL_TIMEOUT: Seconds = 72 * 3600.0
     STAGE_CONCURRENCY: int = Field(default=128, ge=1, le=1024)
     STAGE_SWEEP_INTERVAL: Seconds = 30.0
+    # How often a waiting deploy stage looks at its deployment again (the reconciler's
+    # observation; docs/operations.md, "Deployments").
+    STAGE_DEPLOY_POLL: Seconds = 1.0
+    # The key deployment tokens are sealed with until shown (shared/token_sealing.py: 32
+    # bytes, base64; stagectl and the apiserver only). None: deployments get no token.
+    DEPLOYMENT_TOKEN_KEY: SecretStr | None = None
     # Model serving (stagectl.serving): how a deployment is published, "ingress-nginx" (an
     # Ingress with auth-url) or "gateway-api" (an HTTPRoute with an Envoy Gateway
     # SecurityPolicy); the Gateway its HTTPRoutes attach to, as <namespace>/<name>; the

@@ -36,3 +36,10 @@ def tenant_object(
     if annotations:
         metadata["annotations"] = dict(annotations)
     return {"apiVersion": api_version, "kind": kind, "metadata": metadata, **fields}
+
+
+def platform_owned(obj: Mapping[str, Any]) -> bool:
+    """Whether a live object carries the platform's managed-by label (one the platform may
+    change); anything else is someone else's and is never overwritten."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return isinstance(labels, Mapping) and labels.get(L.MANAGED_BY) == L.MANAGED_BY_US

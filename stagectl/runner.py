@@ -23,18 +23,25 @@ from shared.argo import ArgoServer
 from shared.config import Settings
 from shared.db.migrations import apply_migrations
 from shared.db.pool import create_pool, database_ready
-from shared.errors import DependencyDown
+from shared.errors import ConfigError, DependencyDown
 from shared.health import HealthServer
+from shared.iam_users import REQUIRED as IAM_REQUIRED
 from shared.k8s import host_client
 from shared.k8s_informer import ChangeQueue, InformerOptions, WorkflowInformer
+from shared.k8s_objects import KubeObjects
 from shared.leader import LeaderElector
 from shared.logging import get_logger
 from shared.runs import ClusterRef
 from shared.tasks import Supervisor
+from shared.token_sealing import parse_key
 from stagectl import metrics
 from stagectl.approvals import ApprovalWatch
 from stagectl.controller import Dispatcher
+from stagectl.deployments import DeploymentReconciler
 from stagectl.s3_registry import RegistryObjects
+from stagectl.serving.params import ServingPlatform
+from stagectl.serving.provision import Provisioner
+from stagectl.serving.readers import ModelReaders
 from stagectl.stages import StageWork
 
 log = get_logger(__name__)
@@ -50,6 +57,33 @@ class Parts:
     host_api: ApiClient
     work: StageWork
     objects: RegistryObjects
+    deployments: DeploymentReconciler | None = None  # None: ML_SERVING_DOMAIN unset
+
+
+def deployment_reconciler(
+    settings: Settings, *, pool: asyncpg.Pool, host_api: ApiClient
+) -> DeploymentReconciler | None:
+    """The reconciler of model deployments, when model serving is configured
+    (ML_SERVING_DOMAIN); ConfigError naming what is wrong with its settings."""
+    if not settings.ML_SERVING_DOMAIN:
+        return None
+    try:
+        platform = ServingPlatform.from_settings(settings)
+        key = settings.DEPLOYMENT_TOKEN_KEY
+        seal_key = parse_key(key.get_secret_value()) if key is not None else None
+    except ValueError as exc:
+        raise ConfigError(f"model serving: {exc}") from None
+    readers = None
+    if all(getattr(settings, name) for name in IAM_REQUIRED):
+        readers = ModelReaders.from_settings(settings, endpoint_url=settings.IAM_ENDPOINT_URL)
+    return DeploymentReconciler(
+        source=settings,
+        pool=pool,
+        provisioner=Provisioner(KubeObjects(host_api), platform, readers),
+        platform=platform,
+        seal_key=seal_key,
+        poll=settings.STAGE_DEPLOY_POLL,
+    )
 
 
 def assemble(settings: Settings, *, pool: asyncpg.Pool, host_api: ApiClient) -> Parts:
@@ -65,8 +99,16 @@ def assemble(settings: Settings, *, pool: asyncpg.Pool, host_api: ApiClient) -> 
         argo=ArgoServer.from_url(host_api, settings.ARGO_DATA_SERVER_URL),
         objects=objects,
         approval_timeout=settings.STAGE_APPROVAL_TIMEOUT,
+        deploy_poll=settings.STAGE_DEPLOY_POLL,
     )
-    return Parts(settings, pool, host_api, work, objects)
+    return Parts(
+        settings,
+        pool,
+        host_api,
+        work,
+        objects,
+        deployment_reconciler(settings, pool=pool, host_api=host_api),
+    )
 
 
 class Leading:
@@ -104,6 +146,8 @@ class Leading:
                 group.create_task(self._informer.run())
                 group.create_task(dispatcher.run())
                 group.create_task(approvals.run())
+                if self._parts.deployments is not None:
+                    group.create_task(self._parts.deployments.run())
         finally:
             self._informer = None
 

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import asyncpg
+from pydantic import ValidationError
 
 from shared import stages as S
 from shared.argo import ArgoServer
@@ -37,8 +38,10 @@ from shared.db.registry import ApprovalRow, RunRef, StageOutcome, VersionChange,
 from shared.db.registry_store import RegistryStore
 from shared.errors import NotFound
 from shared.logging import get_logger
+from shared.pipelines import Release as ReleaseSettings
 from stagectl import admission, metrics
 from stagectl.argo_nodes import TAMPERED_MESSAGE, complete
+from stagectl.deploy import DeployRun, deploy
 from stagectl.gate import evaluate
 from stagectl.outcomes import (
     RUN_ENDED_REASON,
@@ -69,11 +72,13 @@ class StageWork:
         argo: ArgoServer,
         objects: RegistryObjects,
         approval_timeout: float,
+        deploy_poll: float = 1.0,
     ) -> None:
         self._pool = pool
         self._argo = argo
         self._objects = objects
         self._approval_timeout = approval_timeout
+        self._deploy_poll = deploy_poll
         self._pipelines = PipelineReader(pool)
         self._versions: OrderedDict[tuple[str, int], tuple[PipelineRow, VersionRow]] = OrderedDict()
         self._refused: set[tuple[str, str]] = set()
@@ -259,6 +264,8 @@ class StageWork:
             return await register(release, pool=self._pool, objects=self._objects)
         if stage == S.GATE:
             return await self._gate(release)
+        if stage == S.DEPLOY:
+            return await self._deploy(release)
         if stage == S.APPROVAL:
             return await self._approval(release)
         return await self._cleanup(release, deleted=waiting.gone)
@@ -291,6 +298,25 @@ class StageWork:
             reasons=verdict.reasons,
         )
         return await self._commit(release, S.GATE, outcome, change)
+
+    # --- deploy ---------------------------------------------------------------------------
+    async def _deploy(self, release: Release) -> Outcome | Later:
+        try:
+            settings = ReleaseSettings.model_validate(release.settings)
+        except ValidationError as exc:
+            message = f"the release settings no longer read: {str(exc)[:300]}"
+            return await self._commit(release, S.DEPLOY, Outcome.failed(S.DEPLOY, message))
+        ref = release.ref
+        progress = await RegistryStore(self._pool).progress(ref.uid, S.DEPLOY, ref.attempt)
+        done = await deploy(
+            DeployRun(ref.uid, ref.attempt, settings),
+            pool=self._pool,
+            progress=progress,
+            poll=self._deploy_poll,
+        )
+        if isinstance(done, Later):
+            return done
+        return await self._commit(release, S.DEPLOY, done)
 
     # --- approval -------------------------------------------------------------------------
     async def _approval(self, release: Release) -> Outcome | None:

@@ -26,7 +26,7 @@ FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed", "Error"})
 MLFLOW_RUN_PARAMETER: Final = "mlflow_run_id"
 MLFLOW_RUN_LABEL: Final = "kubeopera.io/mlflow-run-id"
 # The stages this controller does today; a node of any other stage is left alone.
-HANDLED_STAGES: Final = (S.REGISTER, S.GATE, S.APPROVAL, S.CLEANUP)
+HANDLED_STAGES: Final = (S.REGISTER, S.GATE, S.DEPLOY, S.APPROVAL, S.CLEANUP)
 _TEMPLATE_STAGES: Final = {S.template_name(stage): stage for stage in HANDLED_STAGES}
 
 

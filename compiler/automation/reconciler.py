@@ -36,14 +36,14 @@ import asyncpg
 from compiler import metrics
 from compiler.automation import event_objects as ev
 from compiler.automation.service import ScheduleService
-from compiler.drift import orphaned
-from compiler.k8s_objects import KubeObjects
 from compiler.pipelines.attaching import Attaching, current_of
 from compiler.pipelines.ports import Attachment
 from compiler.tenants.pg_tenants import TenantStore
 from shared import labels as L
 from shared.db.pipelines import PipelineStore
 from shared.errors import WorkflowManagerError
+from shared.k8s_drift import orphaned
+from shared.k8s_objects import KubeObjects
 from shared.logging import get_logger
 
 log = get_logger(__name__)

@@ -31,14 +31,14 @@ from typing import Any, Final
 import asyncpg
 
 from compiler.automation.schedules import API_VERSION, KIND, cron_workflow, cron_workflow_name
-from compiler.drift import drifted, replacement
-from compiler.k8s_objects import KubeObjects
 from compiler.pipelines.attaching import current_of
 from compiler.pipelines.ports import Caller, Current, Pause, pause_of
 from shared import labels as L
 from shared.db.audit import record_action
 from shared.db.pipelines import PipelineReader, PipelineStore, VersionRow
 from shared.errors import Conflict, NotFound, WorkflowManagerError
+from shared.k8s_drift import drifted, replacement
+from shared.k8s_objects import KubeObjects
 from shared.logging import get_logger
 from shared.pipelines import PipelineKind, Schedule
 

@@ -32,12 +32,12 @@ from compiler.automation.sensor_check import (
     raise_if_refused,
     sensor_violations,
 )
-from compiler.k8s_objects import KubeObjects
 from compiler.pipelines.ports import Caller, Current
 from shared.config import Settings
 from shared.db.audit import record_action
 from shared.db.pipelines import PipelineStore, VersionRow
 from shared.errors import Conflict, NotFound, WorkflowManagerError
+from shared.k8s_objects import KubeObjects
 from shared.logging import get_logger
 from shared.pipelines import PipelineKind, WebhookTrigger
 

@@ -17,7 +17,7 @@ from shared.pipelines import GitDefinition, PipelineKind
 
 
 class Objects(Protocol):
-    """The host cluster's objects (``compiler.k8s_objects.KubeObjects``)."""
+    """The host cluster's objects (``shared.k8s_objects.KubeObjects``)."""
 
     async def apply(self, obj: Mapping[str, Any]) -> str: ...
 

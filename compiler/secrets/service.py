@@ -48,7 +48,7 @@ SELECTOR: Final = f"{L.DATA_SECRET}={L.DATA_SECRET_VALUE}"
 
 
 class Objects(Protocol):
-    """The host cluster's objects (``compiler.k8s_objects.KubeObjects``)."""
+    """The host cluster's objects (``shared.k8s_objects.KubeObjects``)."""
 
     async def get(
         self, api_version: str, kind: str, namespace: str | None, name: str

@@ -19,7 +19,7 @@ from shared.errors import NotFound
 
 
 class SecretGetter(Protocol):
-    """``compiler.k8s_objects.KubeObjects.get``."""
+    """``shared.k8s_objects.KubeObjects.get``."""
 
     async def get(
         self, api_version: str, kind: str, namespace: str | None, name: str

@@ -46,7 +46,7 @@ RoleBindings without holding what they grant (it would have to hold all of it to
 or bind anything else). Cluster-wide it may only create namespaces and RoleBindings, which the
 chart's admission policy confines to ``kubeopera-data-*``. Schema 1 gave each account a Role of
 its own: ``obsolete_objects`` names them, for the caller to delete when a namespace takes a
-new spec. A binding's ``roleRef`` cannot change in place; ``compiler.drift.recreated``
+new spec. A binding's ``roleRef`` cannot change in place; ``shared.k8s_drift.recreated``
 says when one must be deleted and created again.
 
 The spec hash covers the spec and ``SPEC_SCHEMA_VERSION``: bump the version whenever this module

@@ -32,7 +32,6 @@ from typing import Any
 import asyncpg
 
 from compiler import metrics
-from compiler.k8s_objects import KubeObjects
 from compiler.tenants.pg_tenants import TenantStore
 from compiler.tenants.provisioning import (
     ACCESS_KEY,
@@ -45,6 +44,7 @@ from compiler.tenants.provisioning import (
 from compiler.tenants.storage_users import StorageUsers
 from compiler.tenants.tenant_objects import discover_api_server, provision_tenant
 from shared.config import Settings
+from shared.k8s_objects import KubeObjects
 from shared.logging import get_logger
 
 log = get_logger(__name__)

@@ -27,7 +27,6 @@ import functools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, TypeVar
 
-from compiler.k8s_objects import KubeObjects
 from compiler.tenants.network_policy import host_cidr
 from compiler.tenants.provisioning import (
     COMPILER_BINDING,
@@ -39,6 +38,7 @@ from compiler.tenants.provisioning import (
 )
 from shared import labels as L
 from shared.errors import DependencyDown, NotFound
+from shared.k8s_objects import KubeObjects
 from shared.logging import get_logger
 
 log = get_logger(__name__)

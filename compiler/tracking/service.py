@@ -48,7 +48,7 @@ _DELETED = "deleted"
 
 
 class SecretObjects(Protocol):
-    """What this needs of ``compiler.k8s_objects.KubeObjects``."""
+    """What this needs of ``shared.k8s_objects.KubeObjects``."""
 
     async def get(
         self, api_version: str, kind: str, namespace: str | None, name: str

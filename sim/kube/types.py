@@ -125,4 +125,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     ResourceType("argoproj.io", "v1alpha1", "eventsources", "EventSource", True),
     ResourceType("argoproj.io", "v1alpha1", "sensors", "Sensor", True),
     ResourceType("serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService", True),
+    ResourceType("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute", True),
+    ResourceType("gateway.networking.k8s.io", "v1beta1", "referencegrants", "ReferenceGrant", True),
+    ResourceType("gateway.envoyproxy.io", "v1alpha1", "securitypolicies", "SecurityPolicy", True),
 )

@@ -272,7 +272,8 @@ def inference_service(deployment: Deployment, platform: ServingPlatform) -> dict
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(serving.gpu)
     model: dict[str, Any] = {
         "modelFormat": model_format,
-        "storageUri": f"s3://{platform.bucket}/{deployment.storage_prefix}",
+        "storageUri": f"s3://{platform.bucket}/{deployment.storage_prefix}"
+        + (deployment.model_file or ""),
         "resources": {"requests": requests, "limits": limits},
     }
     if serving.runtime is not None:

@@ -19,6 +19,7 @@ from shared.config import PRIVATE_RANGES, Settings
 from shared.identifiers import TENANT_ID
 from shared.inference_routes import auth_service, check_auth_url
 from shared.inference_tokens import DeploymentRef, check_deployment, check_domain, endpoint_host
+from shared.serving import Serving
 from shared.stages import ENVIRONMENTS
 
 RouteForm = Literal["ingress-nginx", "gateway-api"]
@@ -177,6 +178,23 @@ class ModelServing:
     def limits(self) -> dict[str, str]:
         return {"cpu": self.cpu_limit or self.cpu, "memory": self.memory_limit or self.memory}
 
+    @classmethod
+    def from_release(cls, serving: Serving) -> ModelServing:
+        """How a release's ``serving`` block (validated at save) is served."""
+        resources = serving.resources
+        return cls(
+            model_format=serving.model_format.name,
+            model_format_version=serving.model_format.version,
+            runtime=serving.runtime,
+            cpu=str(resources.requests.cpu),
+            memory=str(resources.requests.memory),
+            cpu_limit=str(resources.limits.cpu),
+            memory_limit=str(resources.limits.memory),
+            gpu=resources.gpu,
+            min_replicas=serving.min_replicas,
+            max_replicas=serving.max_replicas,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Deployment:
@@ -188,6 +206,10 @@ class Deployment:
     environment: str
     storage_prefix: str
     serving: ModelServing
+    # The model's file under storage_prefix (model_versions.model_file): the storageUri names
+    # it, so the storage initializer downloads the model and not the scorecard and lineage
+    # beside it. None: the whole prefix.
+    model_file: str | None = None
 
     def __post_init__(self) -> None:
         check_deployment(tenant=self.tenant, model=self.model, environment=self.environment)
@@ -197,6 +219,10 @@ class Deployment:
         rest = self.storage_prefix.removeprefix(models)
         if rest == self.storage_prefix or not re.fullmatch(r"[1-9][0-9]{0,8}/", rest):
             raise ValueError(f"storage_prefix: expected {models}<version>/")
+        if self.model_file is not None and not re.fullmatch(
+            r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}", self.model_file
+        ):
+            raise ValueError("model_file: expected a file name")
 
     @property
     def ref(self) -> DeploymentRef:

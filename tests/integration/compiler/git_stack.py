@@ -14,9 +14,9 @@ import pytest
 
 from compiler.gitsync.addresses import RemotePolicy
 from compiler.gitsync.reach import Lookup, Reach, system_lookup
-from compiler.k8s_objects import KubeObjects
 from shared import labels as L
 from shared.config import PRIVATE_RANGES
+from shared.k8s_objects import KubeObjects
 from sim.git_server import GitServer
 from tests.integration.compiler.pipeline_stack import YAML_TEMPLATE, Stack, make_stack
 

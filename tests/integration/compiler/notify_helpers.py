@@ -17,13 +17,13 @@ from typing import Any
 import aiohttp
 import asyncpg
 
-from compiler.k8s_objects import KubeObjects
 from compiler.notifications.http_senders import open_session
 from compiler.notifications.service import NotificationSender, SenderConfig
 from shared import labels as L
 from shared.db.notifications import FINAL_STATES
 from shared.db.pipelines import PipelineStore
 from shared.k8s import client_from_kubeconfig
+from shared.k8s_objects import KubeObjects
 from shared.pipelines import parse_body
 from shared.runs import RunPhase, RunRecord, RunSource
 from shared.tasks import Backoff, Supervisor

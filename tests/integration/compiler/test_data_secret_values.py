@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from compiler.k8s_objects import KubeObjects
 from compiler.secrets.values import read_data_secret
 from shared import labels as L
 from shared.errors import NotFound
 from shared.k8s import client_from_kubeconfig
+from shared.k8s_objects import KubeObjects
 from sim.kube.server import RunningCluster, start_cluster
 
 

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from compiler.k8s_objects import KubeObjects
 from compiler.secrets.service import DataSecretService
 from shared import labels as L
 from shared.db.pipelines import PipelineStore
 from shared.errors import Conflict, DependencyDown, Refused, WorkflowManagerError
+from shared.k8s_objects import KubeObjects
 from tests.integration.compiler.pipeline_stack import NS, Stack, body, headers, wizard
 
 SECRETS = "pipelines.read,pipelines.write,pipelines.run,secrets.write"

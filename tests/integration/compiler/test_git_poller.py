@@ -14,8 +14,8 @@ import aiohttp
 import asyncpg
 
 from compiler import runner
-from compiler.k8s_objects import KubeObjects
 from shared.k8s import client_from_kubeconfig
+from shared.k8s_objects import KubeObjects
 from shared.tasks import Supervisor, run_service
 from sim.git_server import GitServer
 from sim.ports import free_port

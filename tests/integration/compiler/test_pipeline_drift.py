@@ -23,9 +23,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from compiler import runner
 from compiler.automation.reconciler import AttachmentReconciler
-from compiler.k8s_objects import KubeObjects
 from compiler.pipelines.stamping import template_name
 from shared.k8s import client_from_kubeconfig
+from shared.k8s_objects import KubeObjects
 from shared.tasks import Supervisor, run_service
 from sim.ports import free_port
 from sim.world import start_world

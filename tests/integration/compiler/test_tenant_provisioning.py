@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from compiler.k8s_objects import KubeObjects
 from compiler.tenants.provisioning import ProvisioningSpec, spec_hash, tenant_objects
 from compiler.tenants.tenant_objects import applied_hash, discover_api_server, provision_tenant
 from shared.errors import Conflict, DependencyDown, Invalid
 from shared.k8s import client_from_kubeconfig
+from shared.k8s_objects import KubeObjects
 from sim.kube.server import RunningCluster, start_cluster
 from sim.kube.types import ResourceType
 

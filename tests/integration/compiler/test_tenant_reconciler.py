@@ -15,12 +15,12 @@ import boto3
 import pytest
 from prometheus_client import REGISTRY
 
-from compiler.k8s_objects import KubeObjects
 from compiler.tenants.provisioning import ARTIFACT_CREDENTIALS_SECRET
 from compiler.tenants.service import TenantProvisioner
 from compiler.tenants.storage_users import StorageUsers
 from shared.config import Settings
 from shared.k8s import client_from_kubeconfig
+from shared.k8s_objects import KubeObjects
 from sim.kube.server import RunningCluster, start_cluster
 
 BUCKET = "tenant-artifacts"

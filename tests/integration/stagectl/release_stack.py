@@ -30,7 +30,11 @@ GOOD_SCORECARD = {"auc": 0.91, "loss": 0.2}
 
 
 def ml_spec(
-    *, scorecard: str | None, model_env: bool = True, fail_train: bool | str = False
+    *,
+    scorecard: str | None,
+    model_env: bool = True,
+    fail_train: bool | str = False,
+    model: str = "weights",
 ) -> Obj:
     """Train writes a model, evaluate writes ``scorecard`` (the text of eval_scorecard.json;
     None: the step writes no such variable, so the sim stores a line of text). ``fail_train``
@@ -46,7 +50,7 @@ def ml_spec(
         fail = "true" if fail_train else "false"
     train_env = [{"name": "SIM_FAIL", "value": fail}]
     if model_env:
-        train_env.append({"name": "SIM_ARTIFACT_MODEL", "value": "weights"})
+        train_env.append({"name": "SIM_ARTIFACT_MODEL", "value": model})
     return {
         "apiVersion": "pipelines.kubeopera.io/v1",
         "parameters": parameters,
@@ -79,6 +83,7 @@ def release(
     approval: bool = False,
     threshold: float = 0.8,
     compare: bool = False,
+    serving: Obj | None = None,
 ) -> Obj:
     gate: Obj = {"thresholds": [{"metric": "auc", "op": ">=", "value": threshold}]}
     if compare:
@@ -89,6 +94,7 @@ def release(
         "scorecard": {"step": "evaluate", "artifact": "scorecard"},
         "gate": gate,
         "approval": {"required": approval},
+        **({"serving": serving} if serving is not None else {}),
     }
 
 
@@ -126,13 +132,16 @@ class ReleaseStack:
         scorecard: str | None = json.dumps(GOOD_SCORECARD),
         model_env: bool = True,
         fail_train: bool | str = False,
+        model: str = "weights",
         **release_fields: Any,
     ) -> str:
         body = {
             "name": name,
             "definition": {
                 "type": "wizard",
-                "spec": ml_spec(scorecard=scorecard, model_env=model_env, fail_train=fail_train),
+                "spec": ml_spec(
+                    scorecard=scorecard, model_env=model_env, fail_train=fail_train, model=model
+                ),
             },
             "release": release(**release_fields),
         }

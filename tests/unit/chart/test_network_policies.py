@@ -79,7 +79,7 @@ USES: dict[str, set[str]] = {
     "apiserver": DNS_DB
     | {"kubernetes-api", "cluster-api", "kubeopera-api", "s3", "mlflow", "compiler"},
     "compiler": DNS_DB | {"kubernetes-api", "s3", "iam", "mlflow", "git", "slack", "pagerduty"},
-    "stagectl": DNS_DB | {"kubernetes-api", "s3"},
+    "stagectl": DNS_DB | {"kubernetes-api", "s3", "iam"},  # IAM: the model readers
     "inference-auth": DNS_DB | {"redis"},
 }
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from compiler.k8s_objects import KINDS
 from compiler.tenants.provisioning import (
     ACCOUNT_ROLES,
     ARTIFACT_CREDENTIALS_SECRET,
@@ -22,6 +21,7 @@ from compiler.tenants.provisioning import (
 )
 from compiler.tracking.accounts import SECRET_NAME as TRACKING_SECRET
 from shared.config import Settings
+from shared.k8s_objects import KINDS
 from tests.unit.chart._rbac import RBAC_GROUP, Account, Rbac, Request, binding
 from tests.unit.chart._render import COMPILER, RELEASE, STAGECTL, compiler_env, rendered
 

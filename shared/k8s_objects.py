@@ -15,14 +15,16 @@ from typing import Any, Final, Literal
 
 from kubernetes_asyncio.client import ApiClient
 
-from compiler.drift import drifted, recreated, replacement
 from shared.errors import Conflict, NotFound
 from shared.k8s import translating
+from shared.k8s_drift import drifted, recreated, replacement
+from shared.manifests import platform_owned
 
 ApplyOutcome = Literal["created", "updated", "unchanged"]
 _PAGE_SIZE: Final = 500
 _JSON: Final = "application/json"
 _MERGE_PATCH: Final = "application/merge-patch+json"
+_FOREIGN: Final = "not_ours"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,13 @@ KINDS: Final[Mapping[tuple[str, str], Kind]] = {
     ("argoproj.io/v1alpha1", "EventSource"): Kind("eventsources", namespaced=True),
     ("argoproj.io/v1alpha1", "Sensor"): Kind("sensors", namespaced=True),
     ("networking.k8s.io/v1", "Ingress"): Kind("ingresses", namespaced=True),
+    # Model serving (stagectl.serving).
+    ("serving.kserve.io/v1beta1", "InferenceService"): Kind("inferenceservices", namespaced=True),
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"): Kind("httproutes", namespaced=True),
+    ("gateway.networking.k8s.io/v1beta1", "ReferenceGrant"): Kind(
+        "referencegrants", namespaced=True
+    ),
+    ("gateway.envoyproxy.io/v1alpha1", "SecurityPolicy"): Kind("securitypolicies", namespaced=True),
 }
 
 
@@ -200,7 +209,7 @@ class KubeObjects:
             return False
         return True
 
-    async def apply(self, obj: Mapping[str, Any]) -> ApplyOutcome:
+    async def apply(self, obj: Mapping[str, Any], *, only_ours: bool = False) -> ApplyOutcome:
         """Converge the live object to ``obj``: create it when missing, replace it when it has
         ``drifted`` (keeping what others added), delete and create it again when the change is
         to a field the API server never changes in place (``recreated``: a binding's roleRef,
@@ -208,18 +217,28 @@ class KubeObjects:
 
         A 409 (someone created or changed it between our read and our write) is retried once
         from a fresh read; a second one is raised, for the next reconcile pass to settle.
+        ``only_ours``: a live object without the platform's managed-by label is someone
+        else's, and is refused (Conflict) instead of converged.
         """
         try:
-            return await self._converge(obj)
-        except Conflict:
-            return await self._converge(obj)
+            return await self._converge(obj, only_ours=only_ours)
+        except Conflict as exc:
+            if exc.details.get("reason") == _FOREIGN:
+                raise
+            return await self._converge(obj, only_ours=only_ours)
 
-    async def _converge(self, obj: Mapping[str, Any]) -> ApplyOutcome:
+    async def _converge(self, obj: Mapping[str, Any], *, only_ours: bool) -> ApplyOutcome:
         api_version, kind, namespace, name = _identity(obj)
         live = await self.get(api_version, kind, namespace, name)
         if live is None:
             await self.create(obj)
             return "created"
+        if only_ours and not platform_owned(live):
+            where = f"{namespace}/{name}" if namespace else name
+            raise Conflict(
+                f"{kind} {where} exists and is not workflow-manager's; it is left as it is",
+                details={"reason": _FOREIGN, "kind": kind, "name": where},
+            )
         if not drifted(obj, live):
             return "unchanged"
         if recreated(obj, live):

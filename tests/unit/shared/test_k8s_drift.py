@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from compiler.drift import drifted, orphaned, recreated, replacement
 from compiler.tenants.provisioning import tenant_objects
+from shared.k8s_drift import drifted, orphaned, recreated, replacement
 from tests.unit.compiler._specs import NAMESPACE, SPEC, TENANT, one
 
 

@@ -1,7 +1,7 @@
 """Whether a live object has left what we applied, the body that puts it back, and which objects
 belong to no recorded pipeline.
 
-Purely computational. ``compiler.k8s_objects.KubeObjects.apply`` uses them for every object it
+Purely computational. ``shared.k8s_objects.KubeObjects.apply`` uses them for every object it
 converges: tenant namespaces' contents (``compiler.tenants.provisioning``) and pipeline templates.
 """
 
