@@ -148,6 +148,12 @@ PATH_PARAMS: Final[Mapping[str, Param]] = {
             "v", "Model version number.", type="integer", minimum=1, maximum=2**31 - 1, example="1"
         ),
         Param(
+            "env",
+            "A deployment's environment.",
+            pattern=r"^(staging|production)$",
+            example="staging",
+        ),
+        Param(
             "file",
             "A version's file: eval_scorecard.json or lineage.json.",
             pattern=FILE_NAME,

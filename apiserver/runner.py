@@ -27,14 +27,26 @@ from shared.config import Settings
 from shared.cursors import CursorCodec, cursor_key
 from shared.db.migrations import apply_migrations
 from shared.db.pool import create_pool, database_ready
+from shared.errors import ConfigError
 from shared.health import HealthServer
 from shared.k8s import host_client
 from shared.logging import get_logger
 from shared.mlflow import MlflowClient
 from shared.registry_client import RegistryClient
 from shared.tasks import Supervisor
+from shared.token_sealing import SealError, parse_key
 
 log = get_logger(__name__)
+
+
+def deployment_key(settings: Settings) -> bytes | None:
+    """DEPLOYMENT_TOKEN_KEY, checked (ConfigError when it is no key)."""
+    if settings.DEPLOYMENT_TOKEN_KEY is None:
+        return None
+    try:
+        return parse_key(settings.DEPLOYMENT_TOKEN_KEY.get_secret_value())
+    except SealError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @dataclass
@@ -97,6 +109,7 @@ async def apiserver_parts(
                 mlflow=MlflowClient.from_settings(session, settings),
                 cursors=CursorCodec(cursor_key(api_key)),
                 heartbeat_seconds=heartbeat_seconds,
+                deployment_token_key=deployment_key(settings),
             )
             hub = StreamHub(PgChangeSource(pool, dsn=settings))
             if api_key is None:

@@ -422,11 +422,64 @@ SCHEMAS: dict[str, Any] = {
                         "type": "array",
                         "items": {"$ref": "#/components/schemas/Approval"},
                     },
+                    "deployments": {
+                        "type": "array",
+                        "items": {"$ref": "#/components/schemas/Deployment"},
+                    },
                 },
             },
         ]
     },
     "ModelFile": {"type": "object", "description": "The scorecard or the lineage, as stored."},
+    "Deployment": {
+        "type": "object",
+        "required": ["environment", "version", "state"],
+        "properties": {
+            "environment": {"type": "string", "enum": ["staging", "production"]},
+            "version": {"type": "integer"},
+            "state": {"type": "string", "enum": ["deploying", "ready", "failed"]},
+            "message": {"type": ["string", "null"]},
+            "url": {"type": ["string", "null"]},
+            "requested_by": {"type": "string"},
+            "requested_at": {"type": "string", "format": "date-time"},
+            "ready_at": {"type": ["string", "null"], "format": "date-time"},
+            "history": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "version": {"type": "integer"},
+                        "previous_version": {"type": ["integer", "null"]},
+                        "action": {"type": "string", "enum": ["deploy", "promote", "rollback"]},
+                        "actor": {"type": "string"},
+                        "run": {"type": ["string", "null"]},
+                        "at": {"type": "string", "format": "date-time"},
+                    },
+                },
+            },
+        },
+    },
+    "DeploymentChanged": {
+        "type": "object",
+        "properties": {
+            "model": {"type": "string"},
+            "deployment": {"$ref": "#/components/schemas/Deployment"},
+        },
+    },
+    "Endpoint": {
+        "type": "object",
+        "properties": {
+            "model": {"type": "string"},
+            "environment": {"type": "string"},
+            "version": {"type": "integer"},
+            "state": {"type": "string"},
+            "url": {"type": ["string", "null"]},
+            "token": {"type": ["string", "null"]},
+            "token_shown": {"type": "boolean"},
+            "token_reason": {"type": ["string", "null"]},
+            "example": {"type": ["object", "null"]},
+        },
+    },
     "ModelVersionArchived": {
         "type": "object",
         "properties": {

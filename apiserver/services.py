@@ -18,6 +18,7 @@ from apiserver.runs.pg_runs import RunReader
 from shared import labels as L
 from shared.cursors import CursorCodec, cursor_key
 from shared.db.clusters import ClusterStore
+from shared.db.deployments import DeploymentStore
 from shared.db.experiments import ExperimentReader
 from shared.db.pipelines import PipelineReader
 from shared.db.registry import RegistryReader
@@ -52,12 +53,15 @@ class Services:
     clock: Callable[[], datetime] = utc_now
     heartbeat_seconds: float = 15.0
     argo_data_instance_id: str = L.DATA_CONTROLLER_INSTANCE_ID
+    # Opens the deployments' sealed tokens (DEPLOYMENT_TOKEN_KEY; None: none are shown).
+    deployment_token_key: bytes | None = None
     # Repositories over ``pool``, built here so that every caller gets the same ones.
     clusters: ClusterStore = field(init=False)
     grants: GrantStore = field(init=False)
     pipelines: PipelineReader = field(init=False)
     experiments: ExperimentReader = field(init=False)
     registry: RegistryReader = field(init=False)
+    deployments: DeploymentStore = field(init=False)
 
     def __post_init__(self) -> None:
         self.clusters = ClusterStore(self.pool)
@@ -65,6 +69,7 @@ class Services:
         self.pipelines = PipelineReader(self.pool)
         self.experiments = ExperimentReader(self.pool)
         self.registry = RegistryReader(self.pool)
+        self.deployments = DeploymentStore(self.pool)
 
 
 SERVICES = web.AppKey("services", Services)

@@ -12,6 +12,8 @@ is the user's account of every field.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Annotated, Final, Literal, get_args
 
 from pydantic import (
@@ -267,3 +269,22 @@ def production_errors(
         )
         return [{"field": f"{where}.deadline_seconds", "message": message}]
     return []
+
+
+# --- names -------------------------------------------------------------------------------------
+PREDICTOR_SUFFIX: Final = "-predictor"
+MAX_ISVC_NAME: Final = 63 - len(PREDICTOR_SUFFIX) - len("-00001")
+_ISVC_NAME: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+def isvc_name(model: str, environment: str) -> str:
+    """``<model>-<environment>`` when it fits Knative's names; otherwise the model shortened
+    (and led by ``m`` when it starts with a digit) plus a digest of the pair, so two
+    deployments never share a name."""
+    name = f"{model}-{environment}"
+    if len(name) <= MAX_ISVC_NAME and _ISVC_NAME.fullmatch(name):
+        return name
+    digest = hashlib.sha256(f"{model}/{environment}".encode()).hexdigest()[:8]
+    head = model if model[:1].isalpha() else f"m{model}"
+    head = head[: MAX_ISVC_NAME - len(environment) - len(digest) - 2].rstrip("-")
+    return f"{head}-{digest}-{environment}"

@@ -60,8 +60,8 @@ async def deploy(
     if version is None or version.state not in _DEPLOYABLE:
         return Outcome.failed(S.DEPLOY, "this run has no version that passed its gate to deploy")
     if progress is None or progress[0] != READY:
-        async with pool.acquire() as conn, conn.transaction():
-            wanted = await DeploymentStore(conn).want(
+        async with DeploymentStore(pool).transaction() as store:
+            wanted = await store.want(
                 Wanted(
                     model_id=version.model_id,
                     environment=S.STAGING,

@@ -4,11 +4,13 @@ version's scorecard and lineage, archiving a version and deciding a release.
 Every read is scoped to the caller's tenant (an administrator not acting for one sees every
 tenant's); another tenant's model is a 404 like a missing one. Archive and the decisions are
 recorded in the action history of the run that produced the version (``run_actions``), with
-the actor and the outcome, failures included. Deployments arrive with serving.
+the actor and the outcome, failures included. Deployments, promote, rollback and the endpoint:
+``apiserver.models.deployments``.
 
 Permissions: ``models.read`` to read; ``models.approve`` to approve or reject a release;
-``models.deploy`` to archive a version (archiving decides what may be deployed, as promote and
-rollback do; the spec's permission list has no ``models.write``).
+``models.deploy`` to promote, roll back, show an endpoint's token, and archive a version
+(archiving decides what may be deployed, as promote and rollback do; the spec's permission list
+has no ``models.write``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from aiohttp import web
 from apiserver.actions.routes import Target, audited
 from apiserver.artifacts.routes import object_store, send_object
 from apiserver.auth import Identity, Permission, identity_of
+from apiserver.models.deployments import deployments_of, endpoint, promote, rollback
 from apiserver.models.files import SERVED, UNREGISTERED, object_key, served_file
 from apiserver.paging import parse_cursor, parse_limit
 from apiserver.params import json_body, query_params
@@ -142,6 +145,7 @@ async def read_model(request: web.Request) -> web.Response:
     item["versions"] = [version_item(row) for row in versions[:VERSIONS_SHOWN]]
     item["more_versions"] = len(versions) > VERSIONS_SHOWN
     item["pending_approvals"] = [approval_item(row) for row in approvals]
+    item["deployments"] = await deployments_of(services, model)
     return web.json_response(item)
 
 
@@ -314,5 +318,49 @@ ROUTES = (
         query=(_ACTING,),
         body=_DECISION,
         responses={200: "ApprovalDecided", 400: "Error", 403: "Error", 404: "Error", 409: "Error"},
+    ),
+    RouteSpec(
+        "POST",
+        f"{MODEL_PATH}/versions/{{v}}/promote",
+        promote,
+        Permission.MODELS_DEPLOY,
+        "Deploy a version to production at once (an approved version, or one that needed no "
+        "approval); 202: the stage controller deploys it, GET /models/{id} shows it ready.",
+        "models",
+        query=(_ACTING,),
+        responses={202: "DeploymentChanged", 403: "Error", 404: "Error", 409: "Error"},
+    ),
+    RouteSpec(
+        "POST",
+        f"{MODEL_PATH}/rollback",
+        rollback,
+        Permission.MODELS_DEPLOY,
+        "Return production to the version it served before the current one, or to a given "
+        "version it served before (from the recorded deployment history).",
+        "models",
+        query=(_ACTING,),
+        body={
+            "type": "object",
+            "properties": {"version": {"type": "integer", "minimum": 1}},
+            "additionalProperties": False,
+        },
+        responses={
+            202: "DeploymentChanged",
+            400: "Error",
+            403: "Error",
+            404: "Error",
+            409: "Error",
+        },
+    ),
+    RouteSpec(
+        "GET",
+        f"{MODEL_PATH}/deployments/{{env}}/endpoint",
+        endpoint,
+        Permission.MODELS_DEPLOY,
+        "A deployment's URL, its token (kept sealed until shown; each showing is audited) "
+        "and an example request.",
+        "models",
+        query=(_ACTING,),
+        responses={200: "Endpoint", 403: "Error", 404: "Error"},
     ),
 )

@@ -12,6 +12,8 @@ follows every promotion and rollback.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -97,6 +99,14 @@ class DeploymentStore:
 
     def __init__(self, conn: Db) -> None:
         self._conn = conn
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[DeploymentStore]:
+        """A store over one of this pool's connections in a transaction (``want``'s)."""
+        assert isinstance(self._conn, asyncpg.Pool)
+        with translate_db_errors():
+            async with self._conn.acquire() as conn, conn.transaction():
+                yield DeploymentStore(conn)
 
     async def want(self, wanted: Wanted) -> DeploymentRow:
         """Make ``wanted.version`` the environment's wanted version, with a history entry.

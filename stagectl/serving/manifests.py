@@ -44,6 +44,7 @@ from shared.inference_routes import (
     security_policy,
 )
 from shared.manifests import tenant_labels, tenant_object
+from shared.serving import isvc_name
 from stagectl.serving.params import (
     ACCESS_KEY,
     CLUSTER_LOCAL,
@@ -71,7 +72,6 @@ from stagectl.serving.params import (
     Deployment,
     ServingPlatform,
     deployment_host,
-    isvc_name,
     knative_service,
     predictor_host,
     serving_namespace,

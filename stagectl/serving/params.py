@@ -6,7 +6,6 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from shared.config import PRIVATE_RANGES, Settings
 from shared.identifiers import TENANT_ID
 from shared.inference_routes import auth_service, check_auth_url
 from shared.inference_tokens import DeploymentRef, check_deployment, check_domain, endpoint_host
-from shared.serving import Serving
+from shared.serving import PREDICTOR_SUFFIX, Serving, isvc_name
 from shared.stages import ENVIRONMENTS
 
 RouteForm = Literal["ingress-nginx", "gateway-api"]
@@ -56,9 +55,6 @@ DNS_POD_LABELS: Final = {"k8s-app": "kube-dns"}
 # Knative names the predictor's Service ``<isvc>-predictor`` and its revisions
 # ``<isvc>-predictor-00001``; a revision name is a DNS label, so an InferenceService name has
 # at most 63 - len("-predictor-00001") characters, and KServe wants it to start with a letter.
-PREDICTOR_SUFFIX: Final = "-predictor"
-MAX_ISVC_NAME: Final = 63 - len(PREDICTOR_SUFFIX) - len("-00001")
-_ISVC_NAME: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 SERVICE_HOST: Final = re.compile(
     r"(?P<name>[a-z0-9]([-a-z0-9]*[a-z0-9])?)\.(?P<namespace>[a-z0-9]([-a-z0-9]*[a-z0-9])?)"
     r"\.svc(\.cluster\.local)?"
@@ -256,19 +252,6 @@ def storage_port(platform: ServingPlatform) -> int:
     if not parts.hostname or (port is not None and not 0 < port < 65536):
         raise ValueError("the S3 endpoint: expected <host>[:<port>]")
     return port or (443 if platform.s3_use_https else 80)
-
-
-def isvc_name(model: str, environment: str) -> str:
-    """``<model>-<environment>`` when it fits Knative's names; otherwise the model shortened
-    (and led by ``m`` when it starts with a digit) plus a digest of the pair, so two
-    deployments never share a name."""
-    name = f"{model}-{environment}"
-    if len(name) <= MAX_ISVC_NAME and _ISVC_NAME.fullmatch(name):
-        return name
-    digest = hashlib.sha256(f"{model}/{environment}".encode()).hexdigest()[:8]
-    head = model if model[:1].isalpha() else f"m{model}"
-    head = head[: MAX_ISVC_NAME - len(environment) - len(digest) - 2].rstrip("-")
-    return f"{head}-{digest}-{environment}"
 
 
 def predictor_host(deployment: Deployment) -> str:

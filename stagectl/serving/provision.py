@@ -17,12 +17,12 @@ from typing import Any
 from shared.k8s_objects import KubeObjects
 from shared.logging import get_logger
 from shared.manifests import platform_owned
+from shared.serving import isvc_name
 from stagectl.serving import manifests
 from stagectl.serving.params import (
     STORAGE_SECRET,
     Deployment,
     ServingPlatform,
-    isvc_name,
     serving_namespace,
 )
 from stagectl.serving.readers import ModelReaders

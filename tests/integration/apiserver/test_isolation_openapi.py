@@ -88,6 +88,15 @@ EXPECTED |= {
         f"{ACME_MODEL}/versions/1/archive",
         404,
     ),
+    ("POST", "/api/v1/models/{model}/versions/{v}/promote"): (
+        f"{ACME_MODEL}/versions/1/promote",
+        404,
+    ),
+    ("POST", "/api/v1/models/{model}/rollback"): (f"{ACME_MODEL}/rollback", 404),
+    ("GET", "/api/v1/models/{model}/deployments/{env}/endpoint"): (
+        f"{ACME_MODEL}/deployments/production/endpoint",
+        404,
+    ),
     ("POST", "/api/v1/models/{model}/approvals/{run}/approve"): (
         f"{ACME_MODEL}/approvals/acme-run/approve",
         404,
@@ -206,6 +215,7 @@ async def test_tenant_a_never_reaches_tenant_b(api: Api) -> None:
     # And nothing of acme's was decided or archived on the way.
     assert await api.pool.fetchval("SELECT state FROM approvals") == "pending"
     assert await api.pool.fetchval("SELECT state FROM model_versions") == "passed"
+    assert await api.pool.fetchval("SELECT count(*) FROM model_deployments") == 0
 
 
 async def test_openapi_matches_the_routes(api: Api) -> None:

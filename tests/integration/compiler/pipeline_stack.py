@@ -18,6 +18,7 @@ from apiserver.app import create_app as create_api
 from apiserver.artifacts.s3_store import S3ObjectStore
 from apiserver.clusters.connections import ConnectionCache
 from apiserver.pipelines.compiler_client import CompilerClient
+from apiserver.runner import deployment_key
 from apiserver.runs.pg_runs import RunReader
 from apiserver.services import Services
 from apiserver.stream.hub import StreamHub
@@ -194,6 +195,7 @@ async def make_stack(
             session, base_url=str(compiler_client.make_url("")), internal_key=INTERNAL_KEY
         ),
         mlflow=MlflowClient.from_settings(session, settings),
+        deployment_token_key=deployment_key(settings),
     )
     hub = StreamHub(PgChangeSource(db, dsn=database_url))
     api: TestClient[Any, Any] = TestClient(TestServer(create_api(services, hub, api_key=API_KEY)))

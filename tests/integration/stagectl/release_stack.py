@@ -27,6 +27,8 @@ BUCKET = "wm-artifacts"
 REGION = "us-east-1"
 WORKFLOWS = ("argoproj.io", "v1alpha1", "workflows")
 GOOD_SCORECARD = {"auc": 0.91, "loss": 0.2}
+# The key the stack's stagectl seals deployment tokens with and its apiserver opens them with.
+DEPLOYMENT_TOKEN_KEY = "q0J6n3m8wR3b2l7Yp4cT9sV1xZ5aK8dF2hJ6kL0mN4o"
 
 
 def ml_spec(
@@ -260,6 +262,7 @@ async def release_stack(
         "S3_ENDPOINT_URL": moto_endpoint,
         "AWS_REGION": REGION,
         "STAGE_SWEEP_INTERVAL": 0.5,
+        "DEPLOYMENT_TOKEN_KEY": DEPLOYMENT_TOKEN_KEY,
     }
     world = {"s3_endpoint": moto_endpoint, "bucket": BUCKET}
     empty_bucket(moto_endpoint)  # moto lives as long as the module; each test starts empty

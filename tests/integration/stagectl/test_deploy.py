@@ -10,22 +10,23 @@ from typing import Any
 
 import aiohttp
 import pytest
-from pydantic import SecretStr
 
 from shared.db.inference_tokens import TokenStore
 from shared.inference_tokens import hash_matches, parse_token
-from shared.token_sealing import new_key, parse_key, unseal
+from shared.token_sealing import parse_key, unseal
 from sim.serving.controller import ServingConfig, ServingSimulator
 from sim.serving.credentials import S3Config
 from sim.serving.model import model_file
+from tests.integration.compiler.pipeline_stack import headers
 from tests.integration.stagectl.release_stack import (
+    DEPLOYMENT_TOKEN_KEY,
     ReleaseStack,
     eventually,
     running_controller,
 )
 from tests.integration.stagectl.test_stages import finished, outputs_of, waiting_for_approval
 
-KEY = new_key()
+KEY = DEPLOYMENT_TOKEN_KEY
 DOMAIN = "models.example.com"
 SERVE_NS = "kubeopera-serve-acme"
 SERVING = {"model_format": {"name": "sklearn"}, "readiness_deadline_seconds": 30}
@@ -35,7 +36,6 @@ MODEL = model_file([1.0, 2.0]).decode()
 def serving_settings(moto: str) -> dict[str, Any]:
     return {
         "ML_SERVING_DOMAIN": DOMAIN,
-        "DEPLOYMENT_TOKEN_KEY": SecretStr(KEY),
         "ARTIFACT_IAM_USER_PATH": "/kubeopera/tenants/",
         "ARTIFACT_IAM_USER_PREFIX": "wm-",
         "ARTIFACT_IAM_BOUNDARY_ARN": "arn:aws:iam::123456789012:policy/kubeopera-tenants",
@@ -169,3 +169,160 @@ async def test_a_failed_gate_deploys_nothing(deploying: ReleaseStack) -> None:
     assert isvc(deploying, "churn-staging") is None
     deploy = deploying.node(name, "wm-deploy")
     assert deploy is None or deploy["phase"] in ("Skipped", "Omitted")
+
+
+MODELS = "models.read,models.deploy,models.approve"
+
+
+async def released(stack: ReleaseStack, pipeline: str) -> tuple[str, int]:
+    """Run the pipeline to its approval, approve it through the API; (model id, version)."""
+    name = await stack.run(pipeline)
+    await waiting_for_approval(stack, name)
+    row = await stack.pool.fetchrow(
+        "SELECT model_id, version FROM approvals WHERE run_name = $1", name
+    )
+    status, body = await stack.stack.call(
+        "POST",
+        f"models/{row['model_id']}/approvals/{name}/approve",
+        as_=headers(permissions=MODELS),
+        json={"reason": "ok"},
+    )
+    assert status == 200, body
+    assert await finished(stack, name) == "Succeeded"
+    return str(row["model_id"]), int(row["version"])
+
+
+async def production(stack: ReleaseStack, model_id: str, version: int) -> dict[str, Any]:
+    async def ready() -> dict[str, Any] | None:
+        status, body = await stack.stack.call(
+            "GET", f"models/{model_id}", as_=headers(permissions=MODELS)
+        )
+        assert status == 200, body
+        found = {d["environment"]: d for d in body["deployments"]}.get("production")
+        if found and found["version"] == version and found["state"] == "ready":
+            return body
+        return None
+
+    return await eventually(ready, within=30, what=f"production never served {version}")
+
+
+async def test_promote_serves_production_and_rollback_returns_the_previous_version(
+    deploying: ReleaseStack, serving: ServingSimulator
+) -> None:
+    first = await deploying.save("churn", approval=True, serving=SERVING, model=MODEL)
+    model_id, v1 = await released(deploying, first)
+    status, body = await deploying.stack.call(
+        "POST", f"models/{model_id}/versions/{v1}/promote", as_=headers(permissions=MODELS)
+    )
+    assert status == 202, body
+    assert body["deployment"]["environment"] == "production"
+    await production(deploying, model_id, v1)
+    host = "churn-production-predictor.kubeopera-serve-acme.svc.cluster.local"
+    assert await predict_at(serving.gateway.url, "churn-production", host) == 3.0
+    assert (
+        await deploying.pool.fetchval(
+            "SELECT production_version FROM models WHERE id = $1", model_id
+        )
+        == v1
+    )
+
+    status, shown = await deploying.stack.call(
+        "GET",
+        f"models/{model_id}/deployments/production/endpoint",
+        as_=headers(permissions=MODELS),
+    )
+    assert status == 200, shown
+    assert shown["url"] == f"https://churn-production.acme.{DOMAIN}"
+    assert shown["token"].startswith("wmi_")
+    assert shown["example"]["headers"]["Authorization"] == f"Bearer {shown['token']}"
+    audit = await deploying.pool.fetchval(
+        "SELECT detail::text FROM run_actions WHERE action = 'model_endpoint'"
+    )
+    assert shown["token"] not in audit
+
+    # A second version, released and promoted; then production rolls back to the first.
+    second = await deploying.save(
+        "churn-2", approval=True, serving=SERVING, model=model_file([10.0, 0.0], 1).decode()
+    )
+    model_id_2, v2 = await released(deploying, second)
+    assert (model_id_2, v2) == (model_id, 2)
+    status, body = await deploying.stack.call(
+        "POST", f"models/{model_id}/versions/{v2}/promote", as_=headers(permissions=MODELS)
+    )
+    assert status == 202, body
+    await production(deploying, model_id, v2)
+    assert await predict_at(serving.gateway.url, "churn-production", host) == 11.0
+
+    status, body = await deploying.stack.call(
+        "POST", f"models/{model_id}/rollback", as_=headers(permissions=MODELS), json={}
+    )
+    assert status == 202, body
+    detail = await production(deploying, model_id, v1)
+    assert await predict_at(serving.gateway.url, "churn-production", host) == 3.0
+    # The gate's baseline follows (written with the observation; the GET above read the model
+    # row before its deployments, so it may have read it a moment earlier).
+    assert (
+        await deploying.pool.fetchval(
+            "SELECT production_version FROM models WHERE id = $1", model_id
+        )
+        == v1
+    )
+    history = {d["environment"]: d for d in detail["deployments"]}["production"]["history"]
+    assert [(h["action"], h["version"]) for h in history] == [
+        ("promote", 1),
+        ("promote", 2),
+        ("rollback", 1),
+    ]
+
+
+async def test_what_may_not_serve_production_is_refused(deploying: ReleaseStack) -> None:
+    pipeline = await deploying.save(approval=True, serving=SERVING, model=MODEL)
+    name = await deploying.run(pipeline)
+    await waiting_for_approval(deploying, name)
+    model_id = await deploying.pool.fetchval("SELECT model_id FROM approvals")
+    read_only = headers(permissions="models.read")
+    status, _ = await deploying.stack.call(
+        "POST", f"models/{model_id}/versions/1/promote", as_=read_only
+    )
+    assert status == 403
+    status, body = await deploying.stack.call(
+        "POST", f"models/{model_id}/versions/1/promote", as_=headers(permissions=MODELS)
+    )
+    assert status == 409
+    assert "waits for approval" in body["message"]
+    status, body = await deploying.stack.call(
+        "POST", f"models/{model_id}/rollback", as_=headers(permissions=MODELS), json={}
+    )
+    assert status == 409
+    status, body = await deploying.stack.call(
+        "POST",
+        f"models/{model_id}/versions/1/promote",
+        as_=headers("other", permissions=MODELS),
+    )
+    assert status == 404
+    status, body = await deploying.stack.call(
+        "GET",
+        f"models/{model_id}/deployments/staging/endpoint",
+        as_=headers(permissions="models.read"),
+    )
+    assert status == 403
+    assert (
+        await deploying.pool.fetchval(
+            "SELECT count(*) FROM model_deployments WHERE environment = 'production'"
+        )
+        == 0
+    )
+
+
+async def predict_at(gateway: str, name: str, host: str) -> float:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{gateway}/v1/models/{name}:predict",
+            json={"instances": [[1, 1]]},
+            headers={"Host": host},
+        ) as response,
+    ):
+        assert response.status == 200, await response.text()
+        body = await response.json()
+    return float(body["predictions"][0])

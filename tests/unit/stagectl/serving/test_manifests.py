@@ -15,15 +15,14 @@ from hypothesis import strategies as st
 from shared.config import Settings
 from shared.inference_routes import deployment_of_path
 from shared.inference_tokens import DeploymentRef, parse_host
+from shared.serving import MAX_ISVC_NAME, isvc_name
 from shared.stages import ENVIRONMENTS
 from stagectl.serving import manifests as M
 from stagectl.serving.params import (
-    MAX_ISVC_NAME,
     Deployment,
     ModelServing,
     ServingPlatform,
     fits_quota,
-    isvc_name,
     predictor_host,
 )
 from tests.unit.stagectl.serving._schemas import Invalid, validate
