@@ -33,7 +33,7 @@ from shared.db.registry import APPROVALS_CHANNEL
 from shared.db.registry_store import RegistryStore
 from shared.errors import WorkflowManagerError
 from shared.logging import get_logger
-from stagectl.stages import ACTOR, StageWork
+from stagectl.work import ACTOR, StageWork
 
 log = get_logger(__name__)
 

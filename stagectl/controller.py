@@ -28,7 +28,7 @@ from shared.logging import get_logger
 from shared.queueing import Pending
 from shared.stages import STAGES
 from stagectl import metrics
-from stagectl.stages import StageWork
+from stagectl.work import StageWork
 from stagectl.workflow import (
     WaitingStage,
     deleted_exit,

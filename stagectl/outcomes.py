@@ -1,7 +1,8 @@
 """The stage controller's decisions that need no I/O: a stage's outcome and how it is stored, a
 scorecard read from a tenant's bytes, a version's lineage, and how a release ended.
 
-Purely computational, no side effects, no clock. ``stagectl.stages`` does the I/O around them.
+Purely computational, no side effects, no clock. ``stagectl.work`` and ``stagectl.stages`` do
+the I/O around them.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from stagectl.s3_registry import RegistryObjects
 from stagectl.serving.params import ServingPlatform
 from stagectl.serving.provision import Provisioner
 from stagectl.serving.readers import ModelReaders
-from stagectl.stages import StageWork
+from stagectl.work import StageWork
 
 log = get_logger(__name__)
 

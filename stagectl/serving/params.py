@@ -195,7 +195,8 @@ class ModelServing:
 @dataclass(frozen=True, slots=True)
 class Deployment:
     """One model of a tenant in one environment, serving the registry copy under
-    ``storage_prefix`` (``stagectl.register.version_prefix``: ``tenants/<t>/models/<m>/<n>/``)."""
+    ``storage_prefix`` (``stagectl.stages.register.version_prefix``:
+    ``tenants/<t>/models/<m>/<n>/``)."""
 
     tenant: str
     model: str

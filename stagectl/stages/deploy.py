@@ -14,21 +14,20 @@ stored (``stage_progress``), so a restart or a new leader continues where it was
    deploying, look again in ``poll`` seconds. Staging given to another version meanwhile
    (a later run of the same model) fails this stage: this version never served.
 
-The outcome is recorded by the caller's commit point like every stage's.
+The outcome is recorded at the stage's commit point like every stage's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import asyncpg
 
 from shared import stages as S
 from shared.db.deployments import DeploymentStore, Wanted
 from shared.db.registry_store import RegistryStore
-from shared.pipelines import Release as ReleaseSettings
 from stagectl.outcomes import Later, Outcome
+from stagectl.stages.context import ReleaseRun, record
 
 ACTOR: Final = "stagectl"
 WANT: Final = "want"
@@ -37,26 +36,26 @@ READY: Final = "ready"
 _DEPLOYABLE: Final = ("passed", "approved", "rejected", "expired")
 
 
-@dataclass(frozen=True, slots=True)
-class DeployRun:
-    """What the deploy stage needs of its run."""
-
-    run_uid: str
-    attempt: str
-    settings: ReleaseSettings
-
-
 async def deploy(
-    run: DeployRun,
+    release: ReleaseRun,
     *,
     pool: asyncpg.Pool,
-    progress: tuple[str, dict[str, Any]] | None,
     poll: float,
 ) -> Outcome | Later:
-    serving = run.settings.serving
+    """The stage's next step (see the module docstring): its outcome, recorded, or Later."""
+    done = await _step(release, pool=pool, poll=poll)
+    if isinstance(done, Later):
+        return done
+    return await record(pool, release, S.DEPLOY, done)
+
+
+async def _step(release: ReleaseRun, *, pool: asyncpg.Pool, poll: float) -> Outcome | Later:
+    ref = release.ref
+    progress = await RegistryStore(pool).progress(ref.uid, S.DEPLOY, ref.attempt)
+    serving = release.release.serving
     if serving is None:
         return Outcome.failed(S.DEPLOY, "the release has no serving block to deploy with")
-    version = await RegistryStore(pool).version_for_run(run.run_uid)
+    version = await RegistryStore(pool).version_for_run(ref.uid)
     if version is None or version.state not in _DEPLOYABLE:
         return Outcome.failed(S.DEPLOY, "this run has no version that passed its gate to deploy")
     if progress is None or progress[0] != READY:
@@ -70,8 +69,8 @@ async def deploy(
                     action="deploy",
                     actor=ACTOR,
                     deadline_seconds=float(serving.readiness_deadline_seconds),
-                    run_uid=run.run_uid,
-                    attempt=run.attempt,
+                    run_uid=ref.uid,
+                    attempt=ref.attempt,
                 )
             )
         return Later(READY, {"generation": wanted.generation, "version": version.number}, poll)

@@ -34,26 +34,25 @@ from pydantic import ValidationError
 from shared import stages as S
 from shared.argo import ArgoServer
 from shared.db.pipelines import PipelineReader, PipelineRow, VersionRow
-from shared.db.registry import ApprovalRow, RunRef, StageOutcome, VersionChange, VersionState
+from shared.db.registry import RunRef, StageOutcome
 from shared.db.registry_store import RegistryStore
 from shared.errors import NotFound
 from shared.logging import get_logger
 from shared.pipelines import Release as ReleaseSettings
 from stagectl import admission, metrics
 from stagectl.argo_nodes import TAMPERED_MESSAGE, complete
-from stagectl.deploy import DeployRun, deploy
-from stagectl.gate import evaluate
 from stagectl.outcomes import (
-    RUN_ENDED_REASON,
     Later,
     Outcome,
-    approval_outcome,
-    release_ending,
 )
-from stagectl.recording import commit
-from stagectl.register import Release, register
 from stagectl.s3_registry import RegistryObjects, storage_time
-from stagectl.workflow import RunFacts, WaitingStage, read_run, root_phase
+from stagectl.stages.approval import approval, decided
+from stagectl.stages.cleanup import cleanup
+from stagectl.stages.context import ReleaseRun
+from stagectl.stages.deploy import deploy
+from stagectl.stages.gate import gate
+from stagectl.stages.register import register
+from stagectl.workflow import RunFacts, WaitingStage, read_run
 
 log = get_logger(__name__)
 
@@ -178,24 +177,30 @@ class StageWork:
 
     async def _admit(
         self, run: RunFacts, workflow: Mapping[str, Any], waiting: WaitingStage
-    ) -> Release | None:
+    ) -> ReleaseRun | None:
         pipeline, version = await self._version(run)
         reason = admission.refusal(run, waiting, pipeline, version)
+        release = None
+        if reason is None and version is not None:
+            try:
+                release = ReleaseSettings.model_validate(version.settings.get("release") or {})
+            except ValidationError as exc:
+                reason = f"the pipeline version's release no longer reads: {str(exc)[:300]}"
         ref = RunRef(await self._host_cluster_id(), run.namespace, run.name, run.uid, run.attempt)
-        if reason is not None:
+        if reason is not None or release is None:
             async with RegistryStore.transaction(self._pool) as store:
-                await self._refuse(store, ref, run, waiting, reason)
+                await self._refuse(store, ref, run, waiting, reason or "no release")
             return None
         assert pipeline is not None  # admitted
         assert version is not None
-        return Release(
+        return ReleaseRun(
             run=run,
             ref=ref,
             workflow=workflow,
             tenant=pipeline.tenant,
             pipeline_id=pipeline.id,
             pipeline_version=version.version,
-            settings=dict(version.settings.get("release") or {}),
+            release=release,
             definition=version.definition,
             version_settings=version.settings,
         )
@@ -258,101 +263,18 @@ class StageWork:
             detail={"stage": waiting.stage, "node": waiting.node_name, "reason": reason},
         )
 
-    async def _work(self, waiting: WaitingStage, release: Release) -> Outcome | Later | None:
+    async def _work(self, waiting: WaitingStage, release: ReleaseRun) -> Outcome | Later | None:
+        """The stage's own work, in its module (``stagectl.stages``)."""
         stage = waiting.stage
         if stage == S.REGISTER:
             return await register(release, pool=self._pool, objects=self._objects)
         if stage == S.GATE:
-            return await self._gate(release)
+            return await gate(release, pool=self._pool)
         if stage == S.DEPLOY:
-            return await self._deploy(release)
+            return await deploy(release, pool=self._pool, poll=self._deploy_poll)
         if stage == S.APPROVAL:
-            return await self._approval(release)
-        return await self._cleanup(release, deleted=waiting.gone)
-
-    # --- gate -----------------------------------------------------------------------------
-    async def _gate(self, release: Release) -> Outcome:
-        gate = release.settings.get("gate")
-        compare = isinstance(gate, Mapping) and bool(gate.get("compare_to_production"))
-        store = RegistryStore(self._pool)
-        version, production = await store.version_with_production(release.run.uid)
-        if not compare:
-            production = None
-        if version is None or version.scorecard is None:
-            message = "this run registered no version to judge"
-            return await self._commit(release, S.GATE, Outcome.failed(S.GATE, message))
-        verdict = evaluate(version.scorecard, gate, production)
-        summary = "; ".join(verdict.reasons)
-        message = f"version {version.number} {'passed' if verdict.passed else 'failed'}"
-        outcome = Outcome(
-            "Succeeded", verdict.outputs(), f"{message}: {summary}" if summary else message
-        )
-
-        state: VersionState = "passed" if verdict.passed else "failed"
-        change = VersionChange(
-            version.model_id,
-            version.number,
-            state=state,
-            only_from=("registered",),  # an archived version keeps its state
-            verdict=state,
-            reasons=verdict.reasons,
-        )
-        return await self._commit(release, S.GATE, outcome, change)
-
-    # --- deploy ---------------------------------------------------------------------------
-    async def _deploy(self, release: Release) -> Outcome | Later:
-        try:
-            settings = ReleaseSettings.model_validate(release.settings)
-        except ValidationError as exc:
-            message = f"the release settings no longer read: {str(exc)[:300]}"
-            return await self._commit(release, S.DEPLOY, Outcome.failed(S.DEPLOY, message))
-        ref = release.ref
-        progress = await RegistryStore(self._pool).progress(ref.uid, S.DEPLOY, ref.attempt)
-        done = await deploy(
-            DeployRun(ref.uid, ref.attempt, settings),
-            pool=self._pool,
-            progress=progress,
-            poll=self._deploy_poll,
-        )
-        if isinstance(done, Later):
-            return done
-        return await self._commit(release, S.DEPLOY, done)
-
-    # --- approval -------------------------------------------------------------------------
-    async def _approval(self, release: Release) -> Outcome | None:
-        async with RegistryStore.transaction(self._pool) as store:
-            version = await store.version_for_run(release.run.uid)
-            if version is None or version.state not in (
-                "passed",
-                "approved",
-                "rejected",
-                "expired",
-            ):
-                approval = None
-            else:
-                approval = await store.request_approval(
-                    version, expires_in=self._approval_timeout, attempt=release.ref.attempt
-                )
-        if approval is None:
-            message = "this run has no version that passed its gate to approve"
-            return await self._commit(release, S.APPROVAL, Outcome.failed(S.APPROVAL, message))
-        return await self._decided(release.ref, approval, tenant=release.tenant)
-
-    async def _decided(self, ref: RunRef, approval: ApprovalRow, *, tenant: str) -> Outcome | None:
-        """The approval stage's outcome for a decision, recorded with the version's state."""
-        outcome = approval_outcome(approval.state, approval.reason)
-        if outcome is None:
-            return None
-
-        state: VersionState = "approved" if approval.state == "approved" else "rejected"
-        if approval.state == "expired":
-            state = "expired"
-
-        change = VersionChange(approval.model_id, approval.version, state, only_from=("passed",))
-        detail = {"decided_by": approval.decided_by, "state": approval.state}
-        return await commit(
-            self._pool, ref, S.APPROVAL, outcome, tenant=tenant, change=change, detail=detail
-        )
+            return await approval(release, pool=self._pool, expires_in=self._approval_timeout)
+        return await cleanup(release, pool=self._pool, objects=self._objects, deleted=waiting.gone)
 
     async def finish_approval(self, run_uid: str) -> None:
         """Act on the run's approval decision: record the stage's outcome, complete its node."""
@@ -377,7 +299,7 @@ class StageWork:
         outcome = (
             Outcome.from_json(stored.outcome)
             if stored
-            else await self._decided(ref, approval, tenant=model.tenant)
+            else await decided(self._pool, ref, approval, tenant=model.tenant)
         )
         if outcome is None:
             return
@@ -405,50 +327,7 @@ class StageWork:
             return
         await self._complete(ref, stored.stage, Outcome.from_json(stored.outcome))
 
-    # --- cleanup --------------------------------------------------------------------------
-    async def _cleanup(self, release: Release, *, deleted: bool = False) -> Outcome:
-        """What a release that did not complete left behind is removed or marked; the version
-        records how its release ended (``deleted``: the workflow is gone, and this is its last
-        state's cleanup)."""
-        store = RegistryStore(self._pool)
-        version = await store.version_for_run(release.run.uid)
-        expired = await store.expire_pending(release.run.uid, actor=ACTOR, reason=RUN_ENDED_REASON)
-        if expired is not None:
-            # Recorded now, so the decision's NOTIFY finds the approval stage done.
-            await self._decided(release.ref, expired, tenant=release.tenant)
-        removed = 0
-        if version is not None and version.state == "registering":
-            removed = await self._objects.delete_prefix(version.prefix)
-        ending = release_ending(
-            version_state=version.state if version else None,
-            root_phase=root_phase(release.workflow),
-            shutdown=release.run.shutdown,
-            deleted=deleted,
-        )
-        message = f"release {ending}" + (
-            f"; {removed} partial registry files removed" if removed else ""
-        )
-
-        change = None
-        if version is not None:
-            change = VersionChange(
-                version.model_id,
-                version.number,
-                state="abandoned",
-                only_from=("registering",),
-                release_outcome=ending,
-            )
-        outcome = Outcome("Succeeded", {S.OUTCOME: ending}, message)
-        return await self._commit(release, S.CLEANUP, outcome, change)
-
-    # --- shared ---------------------------------------------------------------------------
-    async def _commit(
-        self, release: Release, stage: str, outcome: Outcome, change: VersionChange | None = None
-    ) -> Outcome:
-        return await commit(
-            self._pool, release.ref, stage, outcome, tenant=release.tenant, change=change
-        )
-
+    # --- completion -----------------------------------------------------------------------
     async def _complete(self, ref: RunRef, stage: str, outcome: Outcome) -> float:
         """Complete the node with the recorded outcome, then mark the outcome completed.
         The seconds the Argo server's calls took when this attempt changed the node; 0.0

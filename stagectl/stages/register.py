@@ -26,7 +26,6 @@ removes the files and marks the version ``abandoned`` (its number is never reuse
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +33,7 @@ import asyncpg
 
 from shared import stages as S
 from shared import storage
-from shared.db.registry import RunRef, VersionChange
+from shared.db.registry import VersionChange
 from shared.db.registry_store import RegistryStore
 from shared.errors import NotFound
 from stagectl.outcomes import (
@@ -47,48 +46,28 @@ from stagectl.outcomes import (
     lineage,
     parse_scorecard,
 )
-from stagectl.recording import commit
 from stagectl.s3_registry import RegistryObjects, Stored
+from stagectl.stages.context import ReleaseRun, record
 from stagectl.workflow import (
     MLFLOW_RUN_LABEL,
     MLFLOW_RUN_PARAMETER,
     Artifact,
-    RunFacts,
     output_artifact,
     output_parameter,
     step_node,
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Release:
-    """What a stage needs of the run: who it is and what its pipeline version says."""
-
-    run: RunFacts
-    ref: RunRef
-    workflow: Mapping[str, Any]
-    tenant: str
-    pipeline_id: str
-    pipeline_version: int
-    settings: Mapping[str, Any]  # the version's release settings
-    definition: Mapping[str, Any]
-    version_settings: Mapping[str, Any]
-
-    @property
-    def model(self) -> str:
-        return str(self.settings.get("model") or "")
-
-
 class Refused(Exception):
     """The run's own output cannot be registered: the message is for the tenant."""
 
 
-def _reference(release: Release, field: str) -> tuple[str, str]:
-    ref = release.settings.get(field) or {}
-    return str(ref.get("step") or ""), str(ref.get("artifact") or "")
+def _reference(release: ReleaseRun, field: str) -> tuple[str, str]:
+    ref = release.release.model_artifact if field == "model_artifact" else release.release.scorecard
+    return ref.step, ref.artifact
 
 
-def _located(release: Release, field: str, *, bucket: str) -> Artifact:
+def _located(release: ReleaseRun, field: str, *, bucket: str) -> Artifact:
     """Where the artifact ``field`` names was stored; Refused with what to fix otherwise."""
     step, name = _reference(release, field)
     node = step_node(release.workflow, step)
@@ -120,7 +99,7 @@ def version_prefix(tenant: str, model: str, number: int) -> str:
     return f"{storage.tenant_models(tenant)}{model}/{number}/"
 
 
-async def register(release: Release, *, pool: asyncpg.Pool, objects: RegistryObjects) -> Outcome:
+async def register(release: ReleaseRun, *, pool: asyncpg.Pool, objects: RegistryObjects) -> Outcome:
     """Do the register stage's work up to and including its commit point; the recorded
     outcome (a refusal is recorded too: the run's output will not change)."""
     step, name = _reference(release, "scorecard")
@@ -188,7 +167,7 @@ class _Checked:
 
 
 async def _check(
-    release: Release,
+    release: ReleaseRun,
     model_artifact: Artifact,
     scorecard_artifact: Artifact,
     *,
@@ -212,7 +191,7 @@ async def _check(
 
 
 def _lineage(
-    release: Release, number: int, model_artifact: Artifact, scorecard_artifact: Artifact
+    release: ReleaseRun, number: int, model_artifact: Artifact, scorecard_artifact: Artifact
 ) -> dict[str, Any]:
     model_node = step_node(release.workflow, _reference(release, "model_artifact")[0]) or {}
     return lineage(
@@ -233,8 +212,6 @@ def _lineage(
 
 
 async def _record(
-    pool: asyncpg.Pool, release: Release, outcome: Outcome, change: VersionChange | None = None
+    pool: asyncpg.Pool, release: ReleaseRun, outcome: Outcome, change: VersionChange | None = None
 ) -> Outcome:
-    return await commit(
-        pool, release.ref, S.REGISTER, outcome, tenant=release.tenant, change=change
-    )
+    return await record(pool, release, S.REGISTER, outcome, change)
