@@ -35,6 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--registry-key", default=DEFAULT_REGISTRY_KEY)
     parser.add_argument("--host-registered", action="store_true", help="list the host too")
     parser.add_argument("--bind", default="127.0.0.1")
+    parser.add_argument(
+        "--serving", action="store_true", help="run the KServe stand-in on the host (needs S3)"
+    )
     args = parser.parse_args(argv)
     if bool(args.s3_endpoint) != bool(args.bucket):
         parser.error("--s3-endpoint and --bucket go together")
@@ -80,6 +83,8 @@ def describe(world: World, state_dir: Path) -> dict[str, Any]:
             if world.archive
             else None
         ),
+        # The KServe stand-in's gateway (what KNATIVE_GATEWAY names in production).
+        "serving": ({"gateway": world.host.serving.gateway.url} if world.host.serving else None),
     }
 
 
@@ -104,6 +109,7 @@ async def serve(args: argparse.Namespace, state_dir: Path) -> None:
         pod_gc_delay=args.pod_gc_delay,
         load_rate=args.load or None,
         bind=args.bind,
+        serving=args.serving,
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

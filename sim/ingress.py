@@ -3,7 +3,8 @@
 Dev and test only (tests, bench and demo). `sites_from_ingress` reads Ingress objects (those
 `shared.inference_routes.inference_ingress` builds) as ingress-nginx does: each rule's host and
 backend, the `auth-url` and `auth-response-headers` annotations (split, trimmed and validated
-as its `authreq` parser does). `render_config` is pure: it writes the directives
+as its `authreq` parser does), and `upstream-vhost` (the Host sent to the backend).
+`render_config` is pure: it writes the directives
 ingress-nginx's template (`rootfs/etc/nginx/template/nginx.tmpl`, the `$externalAuth` part,
 and `buildAuthLocation` / `buildAuthResponseHeaders` in its template.go) renders for such an
 Ingress, minus its Lua balancer: an internal `location = /_external-auth-<path>-<type>`
@@ -70,6 +71,10 @@ class Site:
     backend: str  # "127.0.0.1:<port>"
     auth_url: str | None = None
     auth_response_headers: tuple[str, ...] = ()
+    # The `upstream-vhost` annotation: the Host the backend is sent (ingress-nginx:
+    # `proxy_set_header Host "<vhost>"`), e.g. the predictor's cluster-local host, which the
+    # Knative gateway routes on. None: the client's.
+    upstream_vhost: str | None = None
 
 
 def sites_from_ingress(ingress: Mapping[str, Any], *, backends: Mapping[str, str]) -> list[Site]:
@@ -85,12 +90,13 @@ def sites_from_ingress(ingress: Mapping[str, Any], *, backends: Mapping[str, str
             if not _HEADER_NAME.fullmatch(header):
                 raise ValueError(f"auth-response-headers: invalid header {header!r}")
             headers.append(header)
+    vhost = annotations.get(_ANNOTATION + "upstream-vhost") or None
     sites = []
     for rule in ingress["spec"]["rules"]:
         for path in rule["http"]["paths"]:
             service = path["backend"]["service"]
             backend = backends[f"{service['name']}:{service['port']['number']}"]
-            sites.append(Site(rule["host"], backend, auth_url, tuple(headers)))
+            sites.append(Site(rule["host"], backend, auth_url, tuple(headers), vhost))
     return sites
 
 
@@ -382,7 +388,11 @@ def _server(
     lines += [
         "        location / {",
         *protect,
-        "            proxy_set_header Host $http_host;",
+        (
+            f'            proxy_set_header Host "{site.upstream_vhost}";'
+            if site.upstream_vhost
+            else "            proxy_set_header Host $http_host;"
+        ),
         "            proxy_set_header Upgrade $http_upgrade;",
         "            proxy_set_header Connection $connection_upgrade;",
         "            proxy_set_header X-Request-ID $req_id;",

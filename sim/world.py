@@ -38,6 +38,8 @@ from sim.kube.server import RunningCluster, start_cluster
 from sim.kube.store import ClusterStore
 from sim.kube.types import ApiError
 from sim.registry import ClusterRecord, RunningRegistry, start_registry
+from sim.serving.controller import ServingConfig, ServingSimulator
+from sim.serving.credentials import S3Config
 
 __all__ = ["SimCluster", "World", "start_world", "submit_sample_workflows"]
 # EVENTS_NAMESPACE's default: where the host's Argo Events finds event sources and sensors.
@@ -64,6 +66,8 @@ class SimCluster:
     data_argo: ArgoSimulator | None = None
     data_server: ArgoServer | None = None
     events: ArgoEventsSim | None = None  # the host's Argo Events (webhooks, sensors)
+    # The host's KServe + Knative + Kourier stand-in (sim/serving), when serving is on.
+    serving: ServingSimulator | None = None
 
     @property
     def controllers(self) -> list[ArgoSimulator]:
@@ -159,6 +163,8 @@ class World:
         for cluster in self.clusters:
             for controller in cluster.controllers:
                 await controller.stop()
+            if cluster.serving is not None:
+                await cluster.serving.stop()
             if cluster.events is not None:
                 await cluster.events.stop()
             cluster.store.close_streams()
@@ -269,11 +275,14 @@ async def start_world(
     autostart: bool = True,
     load_rate: float | None = None,
     bind: str = "127.0.0.1",
+    serving: bool = False,
 ) -> World:
     """Start `n_clusters` clusters with Argo (cluster 0 is the host) and the registry.
 
     With `autostart=False` the Argo simulators do not tick by themselves: call
-    `cluster.argo.step()`. Log archival needs both `s3_endpoint` and `bucket`.
+    `cluster.argo.step()`. Log archival needs both `s3_endpoint` and `bucket`. `serving`
+    (needs `s3_endpoint`): the host runs the KServe stand-in, its model servers downloading
+    from that object storage, its gateway on a port of its own (`host.serving.gateway.url`).
     """
     archive = None
     if s3_endpoint and bucket:
@@ -296,6 +305,14 @@ async def start_world(
             world.clusters.append(cluster)
             if index > 0 or host_registered:
                 world.register(cluster)
+        if serving:
+            if not s3_endpoint:
+                raise ValueError("serving needs s3_endpoint (the models' object storage)")
+            host = world.clusters[0]
+            host.serving = ServingSimulator(
+                host.store, config=ServingConfig(s3=S3Config(endpoint=s3_endpoint))
+            )
+            await host.serving.start(host=bind)
     except BaseException:
         await world.stop()
         raise

@@ -35,6 +35,7 @@ from shared import stages as S
 from shared.db.deployments import DeploymentRow, HistoryEntry, Wanted
 from shared.db.registry import ModelRow, VersionRow
 from shared.errors import Conflict, Invalid, NotFound
+from shared.serving import isvc_name
 from shared.token_sealing import SealError, unseal
 
 # Promote and rollback deploy at once: the reconciler's deadline for production's readiness.
@@ -121,6 +122,11 @@ async def _servable(services: Services, model: ModelRow, version: VersionRow) ->
     required = isinstance(approval, Mapping) and bool(approval.get("required"))
     if version.state == "approved" or (version.state == "passed" and not required):
         return dict(serving)
+    if version.state == "passed":
+        # Approved a moment ago: the decision is recorded before stagectl marks the version.
+        decision = await services.registry.approval(version.run_uid)
+        if decision is not None and decision.state == "approved":
+            return dict(serving)
     if version.state == "archived":
         reason = "it is archived"
     elif version.state == "passed":
@@ -296,7 +302,8 @@ async def endpoint(request: web.Request) -> web.Response:
         services, identity, _run_of(version, model.tenant), "model_endpoint", parameters, work
     )
     token = shown["token"]
-    url = f"{row.url}/v1/models/{model.name}:predict" if row.url else None
+    # KServe's v1 protocol names the model by its InferenceService.
+    url = f"{row.url}/v1/models/{isvc_name(model.name, environment)}:predict" if row.url else None
     result["token"] = token
     result["example"] = (
         None
