@@ -19,19 +19,15 @@ import aiohttp
 from sim.ingress import ExternalAuth, Nginx, free_port, sites_from_ingress
 from sim.serving.controller import ServingSimulator
 from tests.integration.compiler.pipeline_stack import headers
-from tests.integration.inference_auth.conftest import reader_url  # noqa: F401 (a fixture)
 from tests.integration.inference_auth.nginx_stack import _start_replica
 from tests.integration.stagectl.release_stack import ReleaseStack
-from tests.integration.stagectl.test_deploy import (  # noqa: F401 (fixtures)
+from tests.integration.stagectl.test_deploy import (
     DOMAIN,
     MODEL,
     MODELS,
     SERVE_NS,
     SERVING,
-    deploying,
     production,
-    released,
-    serving,
 )
 from tests.integration.stagectl.test_stages import waiting_for_approval
 
@@ -94,7 +90,7 @@ async def endpoint(stack: ReleaseStack, model_id: str, environment: str) -> dict
 async def test_staging_then_production_answer_through_nginx_with_the_endpoint_token(
     deploying: ReleaseStack,
     serving: ServingSimulator,
-    reader_url: str,  # noqa: F811
+    reader_url: str,
     redis_url: str,
     tmp_path: Path,
 ) -> None:
