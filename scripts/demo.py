@@ -25,6 +25,7 @@ from chart_environment import only_what_it_reads, reader_url
 from showcase_inference import SERVING_DOMAIN, inference_showcase
 from showcase_schedules import schedules_showcase
 from showcase_secrets import secrets_showcase
+from showcase_serving import serving_showcase
 from showcase_stages import showcase_stages  # scripts/ is on the path: this file's folder
 from showcase_triggers import triggers_showcase
 
@@ -215,6 +216,8 @@ async def showcase() -> None:
             log(f"POST {path.removeprefix(API)}/retry → {answer.status} {await answer.text()}")
 
 
+# The demo's DEPLOYMENT_TOKEN_KEY (32 bytes, base64; python -m shared.token_sealing makes one).
+DEMO_TOKEN_KEY = "ZGVtby1kZXBsb3ltZW50LXRva2VuLWtleS0zMmJ5dGU"
 TENANT_HEADERS = {
     "X-API-Key": API_KEY,
     "X-Kubeopera-Tenant": "demo",
@@ -388,6 +391,7 @@ async def main() -> None:
             S3_ENDPOINT,
             "--bucket",
             BUCKET,
+            "--serving",
         ],
         dict(os.environ),
     )
@@ -396,6 +400,8 @@ async def main() -> None:
         clusters = world["clusters"]
         registry = world["registry"]
         data_argo = world["argo_data_server"]
+        serving_world = world["serving"]
+        assert isinstance(serving_world, dict)
         assert isinstance(clusters, list)
         assert isinstance(registry, dict)
         assert isinstance(data_argo, dict)
@@ -431,13 +437,17 @@ async def main() -> None:
             "PIPELINE_RECONCILE_INTERVAL": "10s",
             **showcase_notifications.COMPILER_ENV,
             **showcase_git.ENVIRONMENT,
+            # Model serving: stagectl deploys to the sim host's KServe stand-in and seals each
+            # deployment's first token with this key, which the apiserver opens.
+            "ML_SERVING_DOMAIN": SERVING_DOMAIN,
+            "DEPLOYMENT_TOKEN_KEY": DEMO_TOKEN_KEY,
+            "STAGE_DEPLOY_POLL": "0.5",
         }
         for name, (http_port, health_port) in DEPLOYABLES.items():
             env = {**base_env, "HEALTH_PORT": str(health_port)}
             if http_port:
                 env["HTTP_PORT"] = str(http_port)
             if name == "inference_auth":
-                env["ML_SERVING_DOMAIN"] = SERVING_DOMAIN
                 env["DATABASE_URL"] = await reader_url(url)  # its own login role, as in the chart
             processes[name] = start(name, [python, "-m", name], only_what_it_reads(name, env))
         log("started: 2 simulated clusters with Argo (host, with its data controller for")
@@ -496,6 +506,17 @@ async def main() -> None:
             ),
             asyncio.create_task(
                 showcase_stages(api=API, headers=TENANT_HEADERS, database_url=url, log=log)
+            ),
+            asyncio.create_task(
+                serving_showcase(
+                    api=API,
+                    headers=TENANT_HEADERS,
+                    kubeconfig=host["kubeconfig"],
+                    gateway=str(serving_world["gateway"]),
+                    auth_port=DEPLOYABLES["inference_auth"][0],
+                    state=STATE,
+                    log=log,
+                )
             ),
         ]
         while True:
