@@ -1,5 +1,5 @@
-"""`python -m sim --clusters N [--state-dir DIR] [--load RATE] [--s3-endpoint URL --bucket B]`:
-run the simulated world until SIGINT/SIGTERM, describing it in DIR/world.json."""
+"""`python -m sim --clusters N [--state-dir DIR] [--load RATE] [--s3-endpoint URL --bucket B]
+[--serving]`: run the simulated world until SIGINT/SIGTERM, describing it in DIR/world.json."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from sim.argo.server import (
     DATA_ARGO_NAMESPACE,
     DATA_ARGO_SERVICE,
 )
-from sim.world import DEFAULT_REGISTRY_KEY, World, start_world
+from sim.world import DEFAULT_REGISTRY_KEY, KNATIVE_GATEWAY, World, start_world
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -83,8 +83,13 @@ def describe(world: World, state_dir: Path) -> dict[str, Any]:
             if world.archive
             else None
         ),
-        # The KServe stand-in's gateway (what KNATIVE_GATEWAY names in production).
-        "serving": ({"gateway": world.host.serving.gateway.url} if world.host.serving else None),
+        # The KServe stand-in's gateway (what KNATIVE_GATEWAY names in production) and the
+        # Service name that stands for it on the host.
+        "serving": (
+            {"gateway": world.host.serving.gateway.url, "knative_gateway": KNATIVE_GATEWAY}
+            if world.host.serving
+            else None
+        ),
     }
 
 

@@ -6,6 +6,13 @@ registry (with a null kubeconfig, like production's in-cluster identity) only wh
 `host_registered`. The host runs a second Argo, as production's does for tenants' pipelines:
 a controller with the data instance ID in Strict template referencing, and its Argo server;
 and Argo Events (`sim.events`), whose webhooks listen on `SimCluster.events.url`.
+
+With `serving`, the host also runs the KServe + Knative + Kourier stand-in (`sim.serving`,
+`SimCluster.serving`), since stagectl serves models on the host cluster: an InferenceService
+created there becomes Ready with a URL served by a model server of its own, behind the gateway
+(`serving.gateway.url`, what KNATIVE_GATEWAY resolves to here) that routes by `Host`. The host
+then has what installing Knative Serving with Kourier leaves: the namespaces `knative-serving`
+and `kourier-system` and the Service `kourier-internal` (KNATIVE_GATEWAY's default name).
 """
 
 from __future__ import annotations
@@ -48,6 +55,13 @@ EVENTS_NAMESPACE = "kubeopera-pipeline-events"
 log = structlog.get_logger("sim.world")
 REGIONS = ("eu-west-1", "us-east-1", "ap-southeast-1", "eu-central-1")
 DEFAULT_REGISTRY_KEY = "sim-registry-key"
+# Where Knative Serving and Kourier install themselves (KNATIVE_GATEWAY's default Service).
+KNATIVE_NAMESPACE = "knative-serving"
+KOURIER_NAMESPACE = "kourier-system"
+KOURIER_SERVICE = "kourier-internal"
+KNATIVE_GATEWAY = f"{KOURIER_SERVICE}.{KOURIER_NAMESPACE}.svc.cluster.local"
+# The gateway's draws along a canary split: the same every run unless a test reseeds it.
+SERVING_SEED = 0
 
 
 @dataclass
@@ -263,6 +277,32 @@ def _start_data_argo(
     )
 
 
+async def _start_serving(cluster: SimCluster, *, s3_endpoint: str, bind: str) -> None:
+    """The serving stand-in on `cluster` and the objects a Knative install leaves."""
+    store = cluster.store
+    for namespace in (KNATIVE_NAMESPACE, KOURIER_NAMESPACE):
+        _ensure(store, "", "namespaces", None, {"metadata": {"name": namespace}})
+    _ensure(
+        store,
+        "",
+        "services",
+        KOURIER_NAMESPACE,
+        {
+            "metadata": {
+                "name": KOURIER_SERVICE,
+                "labels": {"networking.knative.dev/ingress-provider": "kourier"},
+            },
+            "spec": {
+                "selector": {"app": "3scale-kourier-gateway"},
+                "ports": [{"name": "http2", "port": 80, "targetPort": 8081}],
+            },
+        },
+    )
+    config = ServingConfig(s3=S3Config(endpoint=s3_endpoint))
+    cluster.serving = ServingSimulator(store, config=config, seed=SERVING_SEED)
+    await cluster.serving.start(host=bind)
+
+
 async def start_world(
     n_clusters: int,
     *,
@@ -308,11 +348,7 @@ async def start_world(
         if serving:
             if not s3_endpoint:
                 raise ValueError("serving needs s3_endpoint (the models' object storage)")
-            host = world.clusters[0]
-            host.serving = ServingSimulator(
-                host.store, config=ServingConfig(s3=S3Config(endpoint=s3_endpoint))
-            )
-            await host.serving.start(host=bind)
+            await _start_serving(world.host, s3_endpoint=s3_endpoint, bind=bind)
     except BaseException:
         await world.stop()
         raise

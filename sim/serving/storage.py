@@ -63,7 +63,8 @@ def download_sync(uri: StorageUri, access: S3Access) -> dict[str, bytes]:
     s3 = _client(access)
     tasks: list[tuple[str, str]] = []
     try:
-        s3.head_bucket(Bucket=uri.bucket)
+        # No HeadBucket first, as upstream lists straight away: a reader allowed to list only
+        # its prefix (an `s3:prefix` condition) could not pass one, which names no prefix.
         paginator = s3.get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=uri.bucket, Prefix=uri.prefix):
             for obj in page.get("Contents") or []:

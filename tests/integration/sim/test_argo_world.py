@@ -67,8 +67,9 @@ async def test_logs_archived_to_s3_before_pod_gc(moto_endpoint: str) -> None:
 REPO = Path(__file__).resolve().parents[3]
 
 
-async def test_python_m_sim_writes_working_kubeconfigs(tmp_path: Path) -> None:
+async def test_python_m_sim_writes_working_kubeconfigs(tmp_path: Path, moto_endpoint: str) -> None:
     args = ["-m", "sim", "--clusters", "2", "--state-dir", str(tmp_path), "--tick", "0.05"]
+    args += ["--serving", "--s3-endpoint", moto_endpoint, "--bucket", "sim-world"]
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         *args,
@@ -99,12 +100,27 @@ async def test_python_m_sim_writes_working_kubeconfigs(tmp_path: Path) -> None:
                 assert {"kube-system", "default", "argo"} <= names
                 kube_system = await core.read_namespace("kube-system")
                 assert kube_system.metadata.uid == cluster["kube_system_uid"]
+        host = next(c for c in described["clusters"] if c["host"])
+        async with await config.new_client_from_config(host["kubeconfig"]) as api:
+            # What KNATIVE_GATEWAY names exists on the host, as a Knative install leaves it.
+            service = await client.CoreV1Api(api).read_namespaced_service(
+                "kourier-internal", "kourier-system"
+            )
+            assert service.metadata.name == "kourier-internal"
+        serving = described["serving"]
+        assert serving["knative_gateway"] == "kourier-internal.kourier-system.svc.cluster.local"
         registry = described["registry"]
         async with aiohttp.ClientSession() as session:
             url = f"{registry['url']}/internal/v1/clusters"
             headers = {"X-Internal-Key": registry["key"]}
             async with session.get(url, headers=headers) as response:
                 assert [c["name"] for c in await response.json()] == ["cluster-1"]
+            # The host's serving gateway answers on its own host, and 404 for an unknown one.
+            async with session.get(f"{serving['gateway']}/ready") as response:
+                assert (response.status, await response.text()) == (200, "LIVE")
+            unknown = {"Host": "nothing-predictor.nowhere.svc.cluster.local"}
+            async with session.get(serving["gateway"], headers=unknown) as response:
+                assert response.status == 404
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)

@@ -27,13 +27,14 @@ LIST = "s3:ListBucket"
 
 
 def _policy(prefix: str) -> str:
-    # moto authorizes HeadBucket as `s3:HeadBucket` (AWS: s3:ListBucket), so both are granted.
+    # Listing and reading, as the model reader's policy grants: the storage initializer needs
+    # no HeadBucket (which moto would authorize as `s3:HeadBucket`, AWS as s3:ListBucket).
     bucket = f"arn:aws:s3:::{BUCKET}"
     return json.dumps(
         {
             "Version": "2012-10-17",
             "Statement": [
-                {"Effect": "Allow", "Action": [LIST, "s3:HeadBucket"], "Resource": bucket},
+                {"Effect": "Allow", "Action": [LIST], "Resource": bucket},
                 {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": f"{bucket}/{prefix}*"},
             ],
         }
