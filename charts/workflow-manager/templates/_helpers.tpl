@@ -190,3 +190,9 @@ values of env with deployables.<name>.env winning. Called with (list $ <deployab
 {{- end -}}
 {{- toYaml $env -}}
 {{- end -}}
+
+{{/* The namespace of the Knative gateway's Service (KNATIVE_GATEWAY, <service>.<namespace>.svc...). */}}
+{{- define "wm.knativeGatewayNamespace" -}}
+{{- $parts := splitList "." (.Values.env.KNATIVE_GATEWAY | default "kourier-internal.kourier-system.svc.cluster.local") -}}
+{{- if ge (len $parts) 2 }}{{ index $parts 1 }}{{ else }}kourier-system{{ end -}}
+{{- end }}

@@ -310,7 +310,9 @@ def test_a_tenants_sensors_may_only_submit_workflows_in_its_namespace() -> None:
 # --- the stage controller ---------------------------------------------------------------------
 def test_the_stage_controller_watches_workflows_and_completes_nodes_through_the_proxy() -> None:
     """What wm-stagectl calls on the host (its informer, set and resume through the service
-    proxy, its Lease) is granted; writing workflows, templates, pods or Secrets is not."""
+    proxy, its Lease) is granted; writing workflows, templates or pods is not, and of Secrets
+    it may read, change and delete only the model reader's key by name (creating one is
+    confined to kubeopera-serve-* by admission: test_serving_rights.py)."""
     world = Rbac(rendered())
     argo = "argoproj.io"
     for verb in READS:
@@ -327,7 +329,7 @@ def test_the_stage_controller_watches_workflows_and_completes_nodes_through_the_
                 (argo, "workflows"),
                 (argo, "workflowtemplates"),
                 ("", "pods"),
-                ("", "secrets"),
             ):
                 assert not world.allows(STAGECTL, Request(verb, group, resource, namespace, None))
-        assert not world.allows(STAGECTL, Request("get", "", "secrets", namespace, "any"))
+        for verb in ("get", "list", "watch", "update", "delete"):
+            assert not world.allows(STAGECTL, Request(verb, "", "secrets", namespace, "any"))
