@@ -493,6 +493,16 @@ class PipelineService:
             self._transaction() as store,
         ):
             await self._locked(store, caller, kind, pipeline_id, attaching)
+            if kind == "ml":
+                flying, total = await store.releases_in_flight(caller.tenant, pipeline_id)
+                if flying:
+                    more = f" and {total - len(flying)} more" if total > len(flying) else ""
+                    raise Conflict(
+                        f"{total} run(s) of this pipeline are still releasing: "
+                        f"{', '.join(flying)}{more}. Stop them or wait for their releases to "
+                        "end, then delete the pipeline",
+                        details={"id": pipeline_id, "runs": flying, "total": total},
+                    )
             await attaching.detach()
             namespace = f"{L.DATA_NAMESPACE_PREFIX}{caller.tenant}"
             selector = f"{L.PIPELINE_ID}={pipeline_id}"

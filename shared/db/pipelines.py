@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import asyncpg
 
+from shared import labels as L
 from shared.db.git_sources import GitSourceRow, GitSourceStore
 from shared.db.pool import translate_db_errors
 from shared.errors import Conflict
@@ -335,6 +336,32 @@ class PipelineStore:
 
     async def delete(self, pipeline_id: str) -> None:
         await self._conn.execute("DELETE FROM pipelines WHERE id = $1", pipeline_id)
+
+    async def releases_in_flight(
+        self, tenant: str, pipeline_id: str, *, limit: int = 20
+    ) -> tuple[list[str], int]:
+        """The ML pipeline's runs whose release has not ended (``namespace/name``, at most
+        ``limit``, and how many there are): a version of it with no release ending recorded
+        yet or an approval pending (the model registry, written by stagectl), or a run in the
+        tenant's namespace still pending or running that has registered nothing yet (the
+        watcher's record). Deleting the pipeline under them would leave each release unable to
+        finish its stages (stagectl admits stages only of recorded pipeline versions)."""
+        rows = await self._conn.fetch(
+            "WITH flying AS ("
+            "SELECT run_namespace AS namespace, run_name AS name FROM model_versions v "
+            "WHERE pipeline_id = $2 AND (release_outcome IS NULL AND state IN "
+            "('registering', 'registered', 'passed', 'approved') OR EXISTS (SELECT 1 FROM "
+            "approvals a WHERE a.run_uid = v.run_uid AND a.state = 'pending')) "
+            "UNION SELECT namespace, name FROM runs WHERE pipeline_id = $2 AND namespace = $1 "
+            "AND phase IN ('Pending', 'Running')) "
+            "SELECT namespace, name, count(*) OVER () AS total FROM flying "
+            "ORDER BY namespace, name LIMIT $3",
+            f"{L.DATA_NAMESPACE_PREFIX}{tenant}",
+            pipeline_id,
+            limit,
+        )
+        total = int(rows[0]["total"]) if rows else 0
+        return [f"{row['namespace']}/{row['name']}" for row in rows], total
 
     async def guard_data_secrets(self, tenant: str, *, exclusive: bool) -> None:
         """Hold ``tenant``'s data-secrets lock until the transaction ends: shared by saves and

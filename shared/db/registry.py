@@ -44,6 +44,9 @@ VersionState = Literal[
 ApprovalState = Literal["pending", "approved", "rejected", "expired"]
 # States a version can be archived from: any registered one (never one still registering).
 _ARCHIVABLE: Final = ("registered", "passed", "failed", "approved", "rejected", "expired")
+# A version in these states whose release recorded no ending yet is still being released (its
+# gate or its approval to come): archiving it then would let the release continue on it.
+_IN_FLIGHT: Final = ("registered", "passed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,7 +372,9 @@ class RegistryReader:
         self, model_id: str, number: int, *, tenant: str | None, actor: str
     ) -> VersionRow:
         """Archive a registered version (again: no change). NotFound for no such version of a
-        model of this tenant; Conflict for the production version or one not registered."""
+        model of this tenant; Conflict for the production version, one not registered, one
+        serving an environment (``model_deployments``), or one whose release is in flight (an
+        approval pending, or no ending recorded while its gate or approval is to come)."""
         with translate_db_errors():
             async with self._pool.acquire() as conn, conn.transaction():
                 model = await conn.fetchrow(
@@ -398,6 +403,39 @@ class RegistryReader:
                     raise Conflict(
                         f"a version in state {current['state']} cannot be archived",
                         details={"version": number, "state": current["state"]},
+                    )
+                serving = await conn.fetch(
+                    "SELECT environment FROM model_deployments WHERE model_id = $1 "
+                    "AND version = $2 ORDER BY environment",
+                    model_id,
+                    number,
+                )
+                if serving:
+                    where = " and ".join(str(r["environment"]) for r in serving)
+                    raise Conflict(
+                        f"version {number} serves {where}: deploy another version there first",
+                        details={"version": number, "serving": [r["environment"] for r in serving]},
+                    )
+                waiting = await conn.fetchval(
+                    "SELECT 1 FROM approvals WHERE model_id = $1 AND version = $2 "
+                    "AND state = 'pending'",
+                    model_id,
+                    number,
+                )
+                if waiting or (
+                    current["release_outcome"] is None and current["state"] in _IN_FLIGHT
+                ):
+                    raise Conflict(
+                        f"version {number}'s release is in flight (run {current['run_name']}"
+                        f"{': waiting for approval' if waiting else ''}); archive it once "
+                        "the release ended",
+                        details={
+                            "version": number,
+                            "run": {
+                                "namespace": current["run_namespace"],
+                                "name": current["run_name"],
+                            },
+                        },
                     )
                 row = await conn.fetchrow(
                     "UPDATE model_versions SET state = 'archived', archived_by = $3, "

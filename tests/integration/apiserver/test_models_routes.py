@@ -303,12 +303,17 @@ async def test_archive_needs_models_deploy_refuses_production_and_is_audited(
     await register(api, s3, "acme", 2)
     await RegistryReader(api.pool).mark_production(first.model_id, 2)
     base = f"models/{first.model_id}/versions"
+    deployer = headers(permissions=ALL, actor="dan@acme")
+    # Its release still in flight (registered, no ending recorded yet): refused, naming the run.
+    status, refused = await call(api, "POST", f"{base}/1/archive", as_=deployer)
+    assert status == 409, refused
+    assert refused["details"]["run"] == {"namespace": "kubeopera-data-acme", "name": "train-1"}
+    await api.pool.execute("UPDATE model_versions SET release_outcome = 'completed'")
     status, answer = await call(
         api, "POST", f"{base}/1/archive", as_=headers(permissions="models.read,models.approve")
     )
     assert (status, answer["details"]) == (403, {"permission": "models.deploy"})
 
-    deployer = headers(permissions=ALL, actor="dan@acme")
     status, archived = await call(api, "POST", f"{base}/1/archive", as_=deployer)
     assert status == 200, archived
     assert archived["version"]["state"] == "archived"
@@ -320,6 +325,45 @@ async def test_archive_needs_models_deploy_refuses_production_and_is_audited(
     status, _ = await call(api, "POST", f"{base}/1/archive", as_=headers("globex", permissions=ALL))
     assert status == 404
     assert [(a["action"], a["name"], a["outcome"]) for a in await actions(api)] == [
+        ("model_archive", "train-1", "failed"),
         ("model_archive", "train-1", "succeeded"),
         ("model_archive", "train-2", "failed"),
     ]
+
+
+async def test_archive_is_refused_while_the_version_serves_or_waits_for_approval(
+    api: Api, s3: Any
+) -> None:
+    serving = await register(api, s3, "acme", 1)
+    waiting = await register(api, s3, "acme", 2)
+    await api.pool.execute("UPDATE model_versions SET state = 'passed'")
+    await pending(api, waiting)
+    await api.pool.execute(
+        "UPDATE model_versions SET release_outcome = 'completed' WHERE number = 1"
+    )
+    await api.pool.execute(
+        "INSERT INTO model_deployments (model_id, environment, version, serving, requested_by, "
+        "deadline) VALUES ($1, 'staging', 1, '{}', 'stagectl', now())",
+        serving.model_id,
+    )
+    base = f"models/{serving.model_id}/versions"
+    deployer = headers(permissions=ALL, actor="dan@acme")
+    status, refused = await call(api, "POST", f"{base}/1/archive", as_=deployer)
+    assert status == 409, refused
+    assert refused["details"]["serving"] == ["staging"]
+    assert "serves staging" in refused["message"]
+    status, refused = await call(api, "POST", f"{base}/2/archive", as_=deployer)
+    assert status == 409, refused
+    assert "waiting for approval" in refused["message"]
+    # Once decided and ended, and once staging serves another version, both may go.
+    await api.pool.execute("UPDATE approvals SET state = 'rejected', decided_at = now()")
+    await api.pool.execute(
+        "UPDATE model_versions SET release_outcome = 'rejected' WHERE number = 2"
+    )
+    status, archived = await call(api, "POST", f"{base}/2/archive", as_=deployer)
+    assert status == 200, archived
+    await api.pool.execute("DELETE FROM model_deployments")
+    status, archived = await call(api, "POST", f"{base}/1/archive", as_=deployer)
+    assert status == 200, archived
+    states = await api.pool.fetch("SELECT state FROM model_versions ORDER BY number")
+    assert [r["state"] for r in states] == ["archived", "archived"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from kubernetes_asyncio import client
 
+from shared.db.registry import RegistryReader
 from tests.integration.stagectl.release_stack import ReleaseStack, eventually
 from tests.integration.stagectl.test_stages import waiting_for_approval
 
@@ -75,3 +76,35 @@ async def test_a_run_deleted_after_its_release_ended_is_left_as_it_ended(
 async def _completed(stack: ReleaseStack, uid: str) -> bool:
     stored = await stack.outcome(uid, "cleanup")
     return bool(stored and stored["completed"])
+
+
+async def test_a_pipeline_is_not_deleted_while_a_run_of_it_is_releasing(
+    controller: ReleaseStack,
+) -> None:
+    """Deleting the pipeline would leave the release unable to finish (stagectl admits stages
+    only of recorded pipeline versions): the 409 names the run; once its release ended, the
+    delete goes through."""
+    pipeline = await controller.save(approval=True)
+    name = await controller.run(pipeline)
+    await waiting_for_approval(controller, name)
+    status, refused = await controller.stack.call("DELETE", f"ml-pipelines/{pipeline}")
+    assert status == 409, refused
+    assert refused["details"]["runs"] == [f"{NS}/{name}"]
+    assert name in refused["message"]
+    model_id = await controller.pool.fetchval("SELECT model_id FROM approvals")
+    await RegistryReader(controller.pool).decide(
+        model_id, name, tenant="acme", approve=False, actor="bob@acme", reason="no"
+    )
+    await eventually(
+        lambda: controller.pool.fetchval(
+            "SELECT release_outcome FROM model_versions WHERE run_name = $1", name
+        ),
+        what="the release never ended",
+    )
+
+    async def deleted() -> bool:
+        status, _ = await controller.stack.call("DELETE", f"ml-pipelines/{pipeline}")
+        return status == 200
+
+    # The watcher's record of the run may still say Running for a moment after it finished.
+    await eventually(deleted, what="the pipeline was never deleted once its release ended")
