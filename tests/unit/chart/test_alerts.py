@@ -114,3 +114,14 @@ def test_a_failed_expectation_fails_the_test(promtool: str, tmp_path: Path) -> N
     result = promtool_test(promtool, wrong, tmp_path)
     assert result.returncode != 0
     assert "FAILED" in result.stdout + result.stderr
+
+
+def test_every_alert_has_its_runbook_line_in_the_operations_guide() -> None:
+    guide = (Path(__file__).resolve().parents[3] / "docs/operations.md").read_text()
+    section = guide.partition("\n## Alerts\n")[2].partition("\n## ")[0]
+    lines = {
+        line.split("|")[1].strip().strip("`")
+        for line in section.splitlines()
+        if line.startswith("| `")
+    }
+    assert lines == set(alerts())
