@@ -10,18 +10,20 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import helm_python as helm
 import kubernetes_validate
 import pytest
 import yaml
 
 from tests.unit.chart._monitoring import (
+    MONITORING_ON,
     alerts,
     dashboard,
     dashboard_queries,
     monitored,
     of_kind,
 )
-from tests.unit.chart._render import RELEASE, RELEASE_NAMESPACE, render
+from tests.unit.chart._render import CHART, RELEASE, RELEASE_NAMESPACE, render
 
 DEPLOYABLES = ("watcher", "apiserver", "compiler", "stagectl", "inference-auth")
 
@@ -94,6 +96,14 @@ def test_the_alerts_select_the_jobs_the_service_monitors_make() -> None:
         assert namespaces == {RELEASE_NAMESPACE}, name
         jobs_selected |= jobs
     assert jobs_selected == metrics_services  # every deployable is watched by some alert
+
+
+def test_helm_lint_is_clean_with_every_monitoring_object() -> None:
+    report: dict[str, Any] = helm.lint(
+        CHART, MONITORING_ON, strict=True, namespace=RELEASE_NAMESPACE, kube_version="v1.30.0"
+    )
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
 
 
 @pytest.mark.parametrize("version", ["1.30.0", "1.37.0"])
