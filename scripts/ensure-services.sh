@@ -3,8 +3,8 @@
 # them when they do not, and that the nginx and wrk binaries are installed (the inference_auth
 # tests, bench and demo start their own unprivileged nginx; the system nginx service is never
 # used), and git with git-http-backend (Git sync reads repositories with git; its tests, bench
-# and demo serve repositories with git http-backend). Idempotent: does nothing when everything is
-# already there.
+# and demo serve repositories with git http-backend), and promtool (the chart's alert tests).
+# Idempotent: does nothing when everything is already there.
 set -euo pipefail
 
 pg_up() { pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; }
@@ -62,4 +62,20 @@ if ! command -v git >/dev/null 2>&1 || [ ! -x /usr/lib/git-core/git-http-backend
   echo "installing git (Debian package)" >&2
   as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git >/dev/null
 fi
-echo "services: PostgreSQL and Redis are up; nginx, wrk and git are installed" >&2
+# promtool (Debian package prometheus): the chart's alert rules are tested with `promtool test
+# rules` (tests/unit/chart/test_alerts.py). Nothing here starts the prometheus service:
+# policy-rc.d 101 keeps the package from starting it.
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "installing promtool (Debian package prometheus)" >&2
+  as_root apt-get update -qq
+  policy=/usr/sbin/policy-rc.d
+  made_policy=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null
+    as_root chmod +x "$policy"
+    made_policy=1
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  if [ "$made_policy" = 1 ]; then as_root rm -f "$policy"; fi
+fi
+echo "services: PostgreSQL and Redis are up; nginx, wrk, git and promtool are installed" >&2

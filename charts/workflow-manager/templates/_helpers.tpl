@@ -196,3 +196,15 @@ values of env with deployables.<name>.env winning. Called with (list $ <deployab
 {{- $parts := splitList "." (.Values.env.KNATIVE_GATEWAY | default "kourier-internal.kourier-system.svc.cluster.local") -}}
 {{- if ge (len $parts) 2 }}{{ index $parts 1 }}{{ else }}kourier-system{{ end -}}
 {{- end }}
+
+{{/* Marks a deployable's metrics Service (services.yaml), which its ServiceMonitor selects. */}}
+{{- define "wm.metricsLabel" -}}
+workflow-manager.io/service: metrics
+{{- end -}}
+
+{{/* The selector of one deployable's scraped series, as its ServiceMonitor's targets carry
+them: the release's namespace and the job Prometheus names after the metrics Service.
+(list $ <deployable>) */}}
+{{- define "wm.metricsSelector" -}}
+namespace="{{ (index . 0).Release.Namespace }}", job="{{ (index . 0).Release.Name }}-{{ index . 1 }}-metrics"
+{{- end -}}
