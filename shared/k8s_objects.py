@@ -98,6 +98,15 @@ def _identity(obj: Mapping[str, Any]) -> tuple[str, str, str | None, str]:
     return api_version, kind, namespace, name
 
 
+def not_ours(kind: str, namespace: str | None, name: str) -> Conflict:
+    """The refusal of a live object that is not the platform's (``apply(only_ours=True)``)."""
+    where = f"{namespace}/{name}" if namespace else name
+    return Conflict(
+        f"{kind} {where} exists and is not workflow-manager's; it is left as it is",
+        details={"reason": _FOREIGN, "kind": kind, "name": where},
+    )
+
+
 class KubeObjects:
     """get/list/create/replace/patch/delete and a convergent ``apply`` for plain-dict objects."""
 
@@ -234,11 +243,7 @@ class KubeObjects:
             await self.create(obj)
             return "created"
         if only_ours and not platform_owned(live):
-            where = f"{namespace}/{name}" if namespace else name
-            raise Conflict(
-                f"{kind} {where} exists and is not workflow-manager's; it is left as it is",
-                details={"reason": _FOREIGN, "kind": kind, "name": where},
-            )
+            raise not_ours(kind, namespace, name)
         if not drifted(obj, live):
             return "unchanged"
         if recreated(obj, live):

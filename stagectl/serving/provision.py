@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.k8s_objects import KubeObjects
+from shared.k8s_objects import KubeObjects, not_ours
 from shared.logging import get_logger
 from shared.manifests import platform_owned
 from shared.serving import isvc_name
@@ -109,7 +109,11 @@ class Provisioner:
             return 0
         namespace = serving_namespace(tenant)
         live = await self._objects.get("v1", "Secret", namespace, STORAGE_SECRET)
-        if live is not None and platform_owned(live) and (live.get("data") or {}):
+        if live is not None and not platform_owned(live):
+            # Refused before a key is issued: a new key would revoke the one before it and
+            # be stored nowhere, on every pass.
+            raise not_ours("Secret", namespace, STORAGE_SECRET)
+        if live is not None and (live.get("data") or {}):
             await self._readers.ensure_user(tenant)  # its policy put again, the key kept
             return 0
         await self._readers.ensure_user(tenant)

@@ -81,6 +81,16 @@ def _defaulted(node: Any, node_schema: dict[str, Any]) -> Any:
     return node
 
 
+def defaulted(obj: dict[str, Any]) -> dict[str, Any]:
+    """A custom resource as the API server stores it: its CRD's structural defaults filled in
+    (another kind unchanged)."""
+    key = (obj["apiVersion"], obj["kind"])
+    if key not in SCHEMAS:
+        return copy.deepcopy(obj)
+    filled: dict[str, Any] = _defaulted(obj, schema(*key))
+    return filled
+
+
 def _walk(
     node: Any, node_schema: dict[str, Any], path: str
 ) -> Iterator[tuple[str, Any, dict[str, Any]]]:
