@@ -14,6 +14,8 @@ the API server applies it:
    unsupported, never silently passed: ``validate`` returns their count.
 
 A kind with neither (no kubernetes-validate schema, no CRD given) is ``Unchecked``: never passed.
+kubernetes-validate takes any string or number for a Quantity: the quantities of pods'
+containers and volumes, quotas and limit ranges are checked here against the API's grammar.
 """
 
 from __future__ import annotations
@@ -29,9 +31,21 @@ from typing import Any
 import celpy
 import jsonschema
 import kubernetes_validate
+import kubernetes_validate.utils
 from celpy import celtypes
 
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+# kubernetes-validate (pinned) reads and parses its 1.8 MB definitions file on every call, three
+# quarters of a call's time; its files never change, so each is parsed once. The schemas are
+# only read (jsonschema does not change them).
+kubernetes_validate.utils.schema_contents = functools.cache(
+    kubernetes_validate.utils.schema_contents
+)
+
+# resource.Quantity (k8s.io/apimachinery): a signed decimal, then a binary or decimal SI suffix
+# or a decimal exponent ("256Mi", "0.5", "100m", "1e3"; never "256MB" or "1 Gi").
+_QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?")
 
 # cel-python's parser raises the recursion limit when it first builds; doing it here, at
 # import, keeps it out of hypothesis's runs (which warn when a test changes it).
@@ -142,13 +156,51 @@ def validate_custom(obj: dict[str, Any], schema_path: Path) -> int:
     return unsupported
 
 
+def _pod_quantities(pod: dict[str, Any], path: str) -> Iterator[tuple[str, Any]]:
+    for field in ("initContainers", "containers"):
+        for index, container in enumerate(pod.get(field) or []):
+            resources = container.get("resources") or {}
+            for kind in ("limits", "requests"):
+                for name, value in (resources.get(kind) or {}).items():
+                    yield f"{path}.{field}[{index}].resources.{kind}.{name}", value
+    for index, volume in enumerate(pod.get("volumes") or []):
+        if "sizeLimit" in (volume.get("emptyDir") or {}):
+            yield f"{path}.volumes[{index}].emptyDir.sizeLimit", volume["emptyDir"]["sizeLimit"]
+
+
+def _quantities(obj: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """Where a core object holds quantities (pods and their templates, quotas, limit ranges)."""
+    spec = obj.get("spec") or {}
+    if obj["kind"] == "Pod":
+        yield from _pod_quantities(spec, ".spec")
+    elif "template" in spec:
+        yield from _pod_quantities(spec["template"].get("spec") or {}, ".spec.template.spec")
+    elif obj["kind"] == "ResourceQuota":
+        for name, value in (spec.get("hard") or {}).items():
+            yield f".spec.hard.{name}", value
+    elif obj["kind"] == "LimitRange":
+        for index, limit in enumerate(spec.get("limits") or []):
+            for field in ("max", "min", "default", "defaultRequest", "maxLimitRequestRatio"):
+                for name, value in (limit.get(field) or {}).items():
+                    yield f".spec.limits[{index}].{field}.{name}", value
+
+
+def check_quantities(obj: dict[str, Any]) -> None:
+    """Raise Invalid for a quantity the API server would refuse to parse."""
+    for path, value in _quantities(obj):
+        if isinstance(value, bool) or not (
+            isinstance(value, int | float) or _QUANTITY.fullmatch(str(value))
+        ):
+            raise Invalid(f"{path}: {value!r} is not a quantity")
+
+
 def validate(
     obj: dict[str, Any], *, version: str, crds: Mapping[tuple[str, str], Path] | None = None
 ) -> int:
     """Any object: by its CRD's schema when ``crds`` has its (apiVersion, kind), otherwise by
     kubernetes-validate for Kubernetes ``version``. Returns the unsupported CEL rule count (0
-    for core kinds); Invalid (kubernetes-validate's ValidationError for core kinds) when it is
-    not valid, Unchecked when nothing can check it."""
+    for core kinds); Invalid when it is not valid (the first error kubernetes-validate finds, for
+    a core kind), Unchecked when nothing can check it."""
     key = (obj["apiVersion"], obj["kind"])
     if crds and key in crds:
         return validate_custom(obj, crds[key])
@@ -156,4 +208,8 @@ def validate(
         kubernetes_validate.validate(obj, version, strict=True)
     except kubernetes_validate.SchemaNotFoundError as error:
         raise Unchecked(f"{key[1]} ({key[0]}): {error.message}; give its CRD schema") from error
+    except kubernetes_validate.ValidationError as error:
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+        raise Invalid(f"{path or '.'}: {error.message}") from error
+    check_quantities(obj)
     return 0

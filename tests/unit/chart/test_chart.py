@@ -1,37 +1,14 @@
-"""The chart as Helm renders it: lint-clean, every manifest valid against Kubernetes' schema, and
-the compiler told the names the chart gives to what it binds."""
+"""The chart as Helm renders it: the Kubernetes it needs, admission's confinement, and the
+compiler told the names the chart gives to what it binds (lint and validity: test_validity.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import helm_python as helm
-import kubernetes_validate
 import pytest
 
 from compiler.tenants.provisioning import ProvisioningSpec
 from shared.config import Settings
 from tests.unit.chart._render import CHART, RELEASE, compiler_env, render, rendered
-
-
-def test_helm_lint_is_clean_for_the_oldest_supported_kubernetes() -> None:
-    report: dict[str, Any] = helm.lint(
-        CHART, strict=True, namespace="workflow-manager", kube_version="v1.30.0"
-    )
-    assert report["errors"] == []
-    assert [m for m in report["messages"] if m["severity"] >= 2] == []  # warnings and errors
-
-
-@pytest.mark.parametrize("version", ["1.30.0", "1.37.0"])
-def test_every_manifest_is_valid_against_the_kubernetes_schema(version: str) -> None:
-    documents = rendered()
-    assert {d["kind"] for d in documents} >= {
-        "ClusterRole",
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
-    }
-    for document in documents:
-        kubernetes_validate.validate(document, version, strict=True)
 
 
 def test_the_chart_needs_kubernetes_with_admission_policies() -> None:
