@@ -65,3 +65,11 @@ def test_only_the_compiler_gets_a_tmpfs_for_git_sync_and_is_told_where_it_is() -
     assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "160Mi"}
     for spec in deployments.values():
         assert "volumes" not in spec
+
+
+@pytest.mark.parametrize("budget", [0, "0%", "00%"])
+def test_a_budget_no_drain_could_satisfy_is_refused(budget: int | str) -> None:
+    """maxUnavailable 0, however written, keeps every node drain from completing."""
+    values = {"deployables": {"apiserver": {"pdb": {"maxUnavailable": budget}}}}
+    with pytest.raises(helm.HelmRenderError, match=r"apiserver\.pdb\.maxUnavailable 0 would keep"):
+        render(values)
