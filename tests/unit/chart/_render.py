@@ -30,6 +30,8 @@ _NAMESPACED = frozenset(
         "NetworkPolicy",
         "PodDisruptionBudget",
         "HorizontalPodAutoscaler",
+        "ServiceMonitor",
+        "PrometheusRule",
     }
 )
 

@@ -1,37 +1,14 @@
-"""The chart as Helm renders it: lint-clean, every manifest valid against Kubernetes' schema, and
-the compiler told the names the chart gives to what it binds."""
+"""The chart as Helm renders it: the Kubernetes it needs, admission's confinement, and the
+compiler told the names the chart gives to what it binds (lint and validity: test_validity.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import helm_python as helm
-import kubernetes_validate
 import pytest
 
 from compiler.tenants.provisioning import ProvisioningSpec
 from shared.config import Settings
 from tests.unit.chart._render import CHART, RELEASE, compiler_env, render, rendered
-
-
-def test_helm_lint_is_clean_for_the_oldest_supported_kubernetes() -> None:
-    report: dict[str, Any] = helm.lint(
-        CHART, strict=True, namespace="workflow-manager", kube_version="v1.30.0"
-    )
-    assert report["errors"] == []
-    assert [m for m in report["messages"] if m["severity"] >= 2] == []  # warnings and errors
-
-
-@pytest.mark.parametrize("version", ["1.30.0", "1.37.0"])
-def test_every_manifest_is_valid_against_the_kubernetes_schema(version: str) -> None:
-    documents = rendered()
-    assert {d["kind"] for d in documents} >= {
-        "ClusterRole",
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
-    }
-    for document in documents:
-        kubernetes_validate.validate(document, version, strict=True)
 
 
 def test_the_chart_needs_kubernetes_with_admission_policies() -> None:
@@ -88,3 +65,11 @@ def test_only_the_compiler_gets_a_tmpfs_for_git_sync_and_is_told_where_it_is() -
     assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "160Mi"}
     for spec in deployments.values():
         assert "volumes" not in spec
+
+
+@pytest.mark.parametrize("budget", [0, "0%", "00%"])
+def test_a_budget_no_drain_could_satisfy_is_refused(budget: int | str) -> None:
+    """maxUnavailable 0, however written, keeps every node drain from completing."""
+    values = {"deployables": {"apiserver": {"pdb": {"maxUnavailable": budget}}}}
+    with pytest.raises(helm.HelmRenderError, match=r"apiserver\.pdb\.maxUnavailable 0 would keep"):
+        render(values)
