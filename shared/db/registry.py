@@ -91,6 +91,9 @@ class VersionRow:
     archived_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    # The model's digest, 'sha256:<hex>' of the registered bytes (migration 0018); None until
+    # registered, and for versions registered before it.
+    digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +147,7 @@ class VersionChange:
     scorecard: dict[str, Any] | None = None
     lineage: dict[str, Any] | None = None
     release_outcome: str | None = None
+    digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +171,7 @@ MODEL_COLUMNS: Final = "id, tenant, name, production_version, created_at, update
 VERSION_COLUMNS: Final = (
     "model_id, number, cluster_id, run_namespace, run_name, run_uid, pipeline_id, "
     "pipeline_version, prefix, model_file, scorecard, verdict, reasons, lineage, state, "
-    "release_outcome, archived_by, archived_at, created_at, updated_at"
+    "release_outcome, archived_by, archived_at, created_at, updated_at, digest"
 )
 APPROVAL_COLUMNS: Final = (
     "run_uid, model_id, version, cluster_id, run_namespace, run_name, state, requested_at, "
