@@ -12,7 +12,8 @@ every tenant's, and another tenant's model is indistinguishable from a missing o
 
 A version's number is allocated once per run (``model_versions.run_uid`` is unique) while the
 model's row is locked, so two runs of one model never race for a number, and a number is never
-reused: a version whose registration never finished is marked ``abandoned``, not deleted.
+reused: a version whose registration never finished is marked ``abandoned``, not deleted (a
+retry of the same run registers it again under its number, migration 0018).
 """
 
 from __future__ import annotations
