@@ -386,6 +386,12 @@ SCHEMAS: dict[str, Any] = {
             "run": {"type": "object"},
             "pipeline": {"type": "object"},
             "model_file": {"type": "string"},
+            "digest": {
+                "type": "string",
+                "nullable": True,
+                "pattern": "^sha256:[0-9a-f]{64}$",
+                "description": "SHA-256 of the registered model's bytes (null until registered)",
+            },
             "files": {"type": "array", "items": {"type": "string"}},
             "release_outcome": {"type": "string", "nullable": True},
             "archived_by": {"type": "string", "nullable": True},

@@ -5,7 +5,8 @@ archived logs (``artifacts/``), its ML training storage (``training/``) and its 
 models (``models/``, read-only for the tenant's own storage user). Runs in namespaces that are
 not a tenant's data namespace (clusters' own Argo, CI/CD) keep Argo's convention of
 ``<namespace>/``. The compiler's repository configuration, IAM policies and allowlist, and the
-apiserver's artifact and log checks all take their prefixes from here.
+apiserver's artifact and log checks, and the register stage's check of what it copies into the
+registry (``is_tenant_artifact``), all take their prefixes from here.
 """
 
 from __future__ import annotations
@@ -23,6 +24,18 @@ def tenant_prefix(tenant: str) -> str:
 
 def tenant_artifacts(tenant: str) -> str:
     return f"{tenant_prefix(tenant)}artifacts/"
+
+
+def is_tenant_artifact(tenant: str, key: str) -> bool:
+    """Whether ``key`` names an object under the tenant's ``artifacts/`` prefix exactly as it is
+    written: something after the prefix, and no empty, ``.`` or ``..`` segment in it. S3 takes a
+    key literally, but whatever normalises it later (a path join, a sync tool, a console) would
+    find another object: ``tenants/acme/artifacts/../models/churn/1/model.tgz`` is the tenant's
+    registry, ``tenants/acme/artifacts//x`` is ``tenants/acme/artifacts/x`` to some tools."""
+    prefix = tenant_artifacts(tenant)
+    if not key.startswith(prefix) or key == prefix:
+        return False
+    return all(segment not in ("", ".", "..") for segment in key[len(prefix) :].split("/"))
 
 
 def tenant_training(tenant: str) -> str:

@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from shared import stages as S
+from shared import storage
 from stagectl.workflow import RunFacts
 
 SCORECARD_FILE: Final = "eval_scorecard.json"
 LINEAGE_FILE: Final = "lineage.json"
 MAX_SCORECARD_BYTES: Final = 1024 * 1024
+DIGEST_PREFIX: Final = "sha256:"  # a registered model's digest: sha256:<hex> of its bytes
 Phase = Literal["Succeeded", "Failed"]
 
 # How a release ended (model_versions.release_outcome, the cleanup stage's ``outcome``).
@@ -31,6 +33,7 @@ DELETED: Final = "deleted"  # the workflow was deleted before its release ended
 FAILED: Final = "failed"  # the run's own work (or a stage) failed
 ABANDONED: Final = "abandoned"  # registration began and never finished: its files are removed
 NOT_REGISTERED: Final = "not_registered"  # the run ended before any version was allocated
+_SHOWN_KEY: Final = 200  # characters of an artifact's key a refusal repeats
 EXPIRED_REASON: Final = "expired"
 RUN_ENDED_REASON: Final = "the run ended before a decision"
 
@@ -132,6 +135,43 @@ def parse_scorecard(data: bytes, *, where: str) -> dict[str, Any]:
     return doc
 
 
+def artifact_refusal(
+    key: str, *, stored_in: str, bucket: str, tenant: str, what: str
+) -> str | None:
+    """Why the register stage will not copy the artifact at ``key`` of bucket ``stored_in``
+    into the registry (None: it will). ``what`` names it for the tenant (its step and artifact).
+    Only what the run wrote to its own artifact repository is registered: ``bucket``
+    (ARTIFACT_BUCKET), under ``tenants/<tenant>/artifacts/``, with a key that names its object
+    as written (``storage.is_tenant_artifact``). The location comes from the workflow's status,
+    which the tenant can shape: anything else could copy another tenant's object, or a
+    registered version, into this tenant's registry."""
+    if stored_in != bucket:
+        return (
+            f"{what} is stored in bucket {stored_in[:_SHOWN_KEY]!r}, not in the platform's "
+            "artifact bucket: a release registers only what the run wrote to its artifact "
+            "repository (give the artifact no bucket of its own)"
+        )
+    if storage.is_tenant_artifact(tenant, key):
+        return None
+    shown = key if len(key) <= _SHOWN_KEY else key[:_SHOWN_KEY] + "..."
+    artifacts = storage.tenant_artifacts(tenant)
+    if key.startswith(artifacts):
+        return (
+            f"{what} has the key {shown!r}, with an empty, '.' or '..' segment: a release "
+            "registers only a key that names its object as written"
+        )
+    if key.startswith(storage.tenant_models(tenant)):
+        return (
+            f"{what} is stored at {shown!r}, in the model registry, which only the register "
+            "stage writes: a release registers what its run produced, not a registered version"
+        )
+    return (
+        f"{what} is stored at {shown!r}, outside the tenant's artifacts ({artifacts}): a "
+        "release registers only what the run wrote to its artifact repository, under the key "
+        "Argo gives it (do not set the artifact's key)"
+    )
+
+
 def lineage(
     run: RunFacts,
     *,
@@ -144,9 +184,11 @@ def lineage(
     commit: str | None,
     model_source: str,
     scorecard_source: str,
+    digest: str,
     mlflow_run_id: str | None,
 ) -> dict[str, Any]:
-    """``lineage.json``: where a version came from, for a person and for an audit."""
+    """``lineage.json``: where a version came from, for a person and for an audit, and the
+    model's ``digest`` (``sha256:<hex>`` of the bytes registered)."""
     return {
         "model": model,
         "version": version,
@@ -162,6 +204,7 @@ def lineage(
         "parameters": dict(sorted(run.parameters.items())),
         "input_artifacts": list(run.input_artifacts),
         "sources": {"model": model_source, "scorecard": scorecard_source},
+        "digest": digest,
         "mlflow_run_id": mlflow_run_id,
     }
 

@@ -68,6 +68,7 @@ def version_item(row: VersionRow) -> dict[str, Any]:
         },
         "pipeline": {"id": row.pipeline_id, "version": row.pipeline_version},
         "model_file": row.model_file,
+        "digest": row.digest,
         "files": [] if row.state in UNREGISTERED else list(SERVED),
         "release_outcome": row.release_outcome,
         "archived_by": row.archived_by,

@@ -12,7 +12,8 @@ every tenant's, and another tenant's model is indistinguishable from a missing o
 
 A version's number is allocated once per run (``model_versions.run_uid`` is unique) while the
 model's row is locked, so two runs of one model never race for a number, and a number is never
-reused: a version whose registration never finished is marked ``abandoned``, not deleted.
+reused: a version whose registration never finished is marked ``abandoned``, not deleted (a
+retry of the same run registers it again under its number, migration 0018).
 """
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ class VersionRow:
     archived_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    # The model's digest, 'sha256:<hex>' of the registered bytes (migration 0018); None until
+    # registered, and for versions registered before it.
+    digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +151,7 @@ class VersionChange:
     scorecard: dict[str, Any] | None = None
     lineage: dict[str, Any] | None = None
     release_outcome: str | None = None
+    digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +175,7 @@ MODEL_COLUMNS: Final = "id, tenant, name, production_version, created_at, update
 VERSION_COLUMNS: Final = (
     "model_id, number, cluster_id, run_namespace, run_name, run_uid, pipeline_id, "
     "pipeline_version, prefix, model_file, scorecard, verdict, reasons, lineage, state, "
-    "release_outcome, archived_by, archived_at, created_at, updated_at"
+    "release_outcome, archived_by, archived_at, created_at, updated_at, digest"
 )
 APPROVAL_COLUMNS: Final = (
     "run_uid, model_id, version, cluster_id, run_namespace, run_name, state, requested_at, "

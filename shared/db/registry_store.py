@@ -108,7 +108,8 @@ class RegistryStore:
                 "ELSE state END, verdict = coalesce($15, verdict), "
                 "reasons = coalesce($16, reasons), scorecard = coalesce($17, scorecard), "
                 "lineage = coalesce($18, lineage), "
-                "release_outcome = coalesce($19, release_outcome), updated_at = now() "
+                "release_outcome = coalesce($19, release_outcome), "
+                "digest = coalesce($22, digest), updated_at = now() "
                 "WHERE model_id = $12 AND number = $20 AND EXISTS (SELECT 1 FROM o)) "
                 f"SELECT {OUTCOME_COLUMNS} FROM o",
                 run.uid,
@@ -132,6 +133,7 @@ class RegistryStore:
                 change.release_outcome,
                 change.number,
                 run.attempt,
+                change.digest,
             )
             inserted = row is not None
             if row is None:
@@ -278,8 +280,11 @@ class RegistryStore:
     ) -> VersionRow:
         """The run's version of ``model`` (locked by ``lock_model``): the one it has, or the
         next number, allocated now in state ``registering``. ``prefix_of(number)`` is the
-        registry prefix of a number."""
+        registry prefix of a number. A version an earlier attempt of the run abandoned (its
+        files removed) is ``registering`` again under its number: this attempt registers."""
         existing = await self.version_for_run(run.uid)
+        if existing is not None and existing.state == "abandoned":
+            return await self._registering_again(existing)
         if existing is not None:
             return existing
         with translate_db_errors():
@@ -307,6 +312,21 @@ class RegistryStore:
             )
         found = version_row(row)
         assert found is not None
+        return found
+
+    async def _registering_again(self, version: VersionRow) -> VersionRow:
+        with translate_db_errors():
+            row = await self._conn.fetchrow(
+                "UPDATE model_versions SET state = 'registering', scorecard = NULL, "
+                "lineage = NULL, digest = NULL, verdict = NULL, reasons = '[]', "
+                "release_outcome = NULL, updated_at = now() "
+                "WHERE model_id = $1 AND number = $2 AND state = 'abandoned' "
+                f"RETURNING {VERSION_COLUMNS}",
+                version.model_id,
+                version.number,
+            )
+        found = version_row(row)
+        assert found is not None  # an abandoned row changes only here, under the model's lock
         return found
 
     async def abandon(self, model_id: str, number: int) -> None:

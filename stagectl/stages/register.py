@@ -4,27 +4,40 @@ immutable version number, with its lineage beside them.
 Order of work, and why each step is safe to repeat after a crash at any point:
 
 1. check what the run produced: the model artifact and the scorecard must be output artifacts
-   of the steps the release names, under the tenant's own prefix of ARTIFACT_BUCKET (never
-   anyone else's: the keys come from a status the tenant's steps influence), and the scorecard
-   must be a JSON object. Anything missing or malformed fails the stage with a message the
-   tenant can act on, before any number is taken;
+   of the steps the release names, in ARTIFACT_BUCKET under the tenant's own ``artifacts/``
+   prefix, with keys that name their objects as written (``outcomes.artifact_refusal``: the
+   keys come from a status the tenant can shape, and must never reach another tenant's objects
+   or a registered version), and the scorecard must be a JSON object. Anything missing or
+   malformed fails the stage with a message the tenant can act on, before any number is taken.
+   What was checked is kept: the scorecard's bytes (and their SHA-256), both files' ETags;
 2. allocate the version (``RegistryStore.allocate_version``, under the model's row lock): the
-   run's existing version when there is one, so a repeated stage never takes a second number;
+   run's existing version when there is one, so a repeated stage never takes a second number
+   (one an earlier attempt of the run abandoned is ``registering`` again);
 3. copy the model and the scorecard into ``tenants/<t>/models/<model>/<n>/`` (server-side,
-   idempotent) and write ``lineage.json``. The registry's copy is the truth the gate judges,
-   whatever the tenant's prefix holds later: when the copy's ETag is not the one read in 1 (the
-   tenant wrote the file again meanwhile), the registered scorecard is read back and checked;
-4. in one transaction: the version becomes ``registered`` with its scorecard and lineage, and
-   the stage's outcome (``version: <n>``) is recorded. That insert is the commit point: from
-   then on the stage is done and only its node remains to be completed.
+   idempotent), each only from the object checked in 1: the copy is conditional on the ETag
+   read (``CopySourceIfMatch``), and the registered scorecard's SHA-256 must be that of the
+   bytes parsed (which also catches storage that ignores the condition). The model's digest
+   is the SHA-256 of the bytes registered, computed by storage as it copied. Then
+   ``lineage.json``, digest included;
+4. in one transaction: the version becomes ``registered`` with its scorecard, lineage and
+   digest, and the stage's outcome (``version: <n>``) is recorded. That insert is the commit
+   point: from then on the stage is done and only its node remains to be completed.
 
-A crash before 4 leaves a version ``registering`` with some files: the next attempt finds the
+A file the tenant wrote again between 1 and 3 fails the attempt: the version's files are
+removed, it is ``abandoned``, and the message asks for a retry of the run, whose new attempt
+checks and registers again under the same number. It is never checked again within the
+attempt: the bytes now there were written after the run's steps finished, by something other
+than the run the lineage names, and the registry holds only what a stage checked.
+
+A crash before 4 leaves a version ``registering`` with some files: the stage, done again, finds
 same version and copies again; a run that ends first leaves it to the cleanup stage, which
-removes the files and marks the version ``abandoned`` (its number is never reused).
+removes the files and marks the version ``abandoned`` (its number is never given to another
+run).
 """
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 from dataclasses import dataclass
 from typing import Any
@@ -33,15 +46,17 @@ import asyncpg
 
 from shared import stages as S
 from shared import storage
-from shared.db.registry import VersionChange
+from shared.db.registry import VersionChange, VersionRow
 from shared.db.registry_store import RegistryStore
-from shared.errors import NotFound
+from shared.errors import Conflict, NotFound
 from stagectl.outcomes import (
+    DIGEST_PREFIX,
     LINEAGE_FILE,
     MAX_SCORECARD_BYTES,
     SCORECARD_FILE,
     Outcome,
     ScorecardError,
+    artifact_refusal,
     commit_of,
     lineage,
     parse_scorecard,
@@ -67,6 +82,12 @@ def _reference(release: ReleaseRun, field: str) -> tuple[str, str]:
     return ref.step, ref.artifact
 
 
+def _what(release: ReleaseRun, field: str, noun: str) -> str:
+    """The file ``field`` names, for the tenant: its step and artifact."""
+    step, name = _reference(release, field)
+    return f"the {noun} (artifact {name!r} of step {step!r})"
+
+
 def _located(release: ReleaseRun, field: str, *, bucket: str) -> Artifact:
     """Where the artifact ``field`` names was stored; Refused with what to fix otherwise."""
     step, name = _reference(release, field)
@@ -79,14 +100,15 @@ def _located(release: ReleaseRun, field: str, *, bucket: str) -> Artifact:
             f"step {step!r} recorded no output artifact {name!r} (release.{field}): "
             "did the step succeed and write it?"
         )
-    where = artifact.bucket or release.run.repository_bucket or bucket
-    own = storage.tenant_prefix(release.tenant)
-    key = artifact.key
-    if where != bucket or not key.startswith(own) or posixpath.normpath(key) != key:
-        raise Refused(
-            f"artifact {name!r} of step {step!r} is stored outside the tenant's artifact "
-            "storage; a release registers only what the run wrote there"
-        )
+    refusal = artifact_refusal(
+        artifact.key,
+        stored_in=artifact.bucket or release.run.repository_bucket or bucket,
+        bucket=bucket,
+        tenant=release.tenant,
+        what=f"artifact {name!r} of step {step!r}",
+    )
+    if refusal is not None:
+        raise Refused(refusal)
     return artifact
 
 
@@ -102,8 +124,7 @@ def version_prefix(tenant: str, model: str, number: int) -> str:
 async def register(release: ReleaseRun, *, pool: asyncpg.Pool, objects: RegistryObjects) -> Outcome:
     """Do the register stage's work up to and including its commit point; the recorded
     outcome (a refusal is recorded too: the run's output will not change)."""
-    step, name = _reference(release, "scorecard")
-    where = f"the scorecard (artifact {name!r} of step {step!r})"
+    where = _what(release, "scorecard", "scorecard")
     try:
         model_artifact = _located(release, "model_artifact", bucket=objects.bucket)
         scorecard_artifact = _located(release, "scorecard", bucket=objects.bucket)
@@ -123,33 +144,27 @@ async def register(release: ReleaseRun, *, pool: asyncpg.Pool, objects: Registry
             prefix_of=lambda number: version_prefix(release.tenant, release.model, number),
             model_file=_model_file(model_artifact.key),
         )
-    prefix = version.prefix
-    await objects.copy(model_artifact.key, prefix + version.model_file, size=checked.model.size)
-    copied = await objects.copy(
-        scorecard_artifact.key, prefix + SCORECARD_FILE, size=checked.scorecard.size
-    )
-    scorecard = checked.parsed
-    if copied != checked.scorecard.etag:
-        # The tenant's file changed since it was checked: judge what the registry holds.
-        registered, _ = await objects.read(prefix + SCORECARD_FILE, limit=MAX_SCORECARD_BYTES)
-        try:
-            scorecard = parse_scorecard(registered, where=where)
-        except ScorecardError as exc:
-            await objects.delete_prefix(prefix)
-            abandon = VersionChange(
-                version.model_id, version.number, state="abandoned", only_from=("registering",)
-            )
-            return await _record(pool, release, Outcome.failed(S.REGISTER, str(exc)), abandon)
-    doc = _lineage(release, version.number, model_artifact, scorecard_artifact)
-    await objects.put_json(prefix + LINEAGE_FILE, doc)
+    try:
+        digest = await _copied(
+            release, version, model_artifact, scorecard_artifact, checked, objects=objects
+        )
+    except Refused as exc:
+        await objects.delete_prefix(version.prefix)
+        abandon = VersionChange(
+            version.model_id, version.number, state="abandoned", only_from=("registering",)
+        )
+        return await _record(pool, release, Outcome.failed(S.REGISTER, str(exc)), abandon)
+    doc = _lineage(release, version.number, model_artifact, scorecard_artifact, digest=digest)
+    await objects.put_json(version.prefix + LINEAGE_FILE, doc)
 
     finish = VersionChange(
         version.model_id,
         version.number,
         state="registered",
         only_from=("registering",),
-        scorecard=scorecard,
+        scorecard=checked.parsed,
         lineage=doc,
+        digest=digest,
     )
     outcome = Outcome(
         "Succeeded",
@@ -162,6 +177,7 @@ async def register(release: ReleaseRun, *, pool: asyncpg.Pool, objects: Registry
 @dataclass(frozen=True, slots=True)
 class _Checked:
     parsed: dict[str, Any]  # the scorecard
+    scorecard_sha256: str  # of the bytes parsed
     scorecard: Stored
     model: Stored
 
@@ -183,15 +199,60 @@ async def _check(
     try:
         model = await objects.head(model_artifact.key)
     except NotFound:
-        step, name = _reference(release, "model_artifact")
         raise Refused(
-            f"the model (artifact {name!r} of step {step!r}) is not in object storage"
+            f"{_what(release, 'model_artifact', 'model')} is not in object storage"
         ) from None
-    return _Checked(parsed, scorecard, model)
+    return _Checked(parsed, hashlib.sha256(data).hexdigest(), scorecard, model)
+
+
+def _written_again(what: str) -> str:
+    return (
+        f"{what} was written again after it was checked, while it was being registered; "
+        "nothing was registered. Let nothing write the run's artifacts once its steps have "
+        "finished, then retry the run"
+    )
+
+
+async def _copied(
+    release: ReleaseRun,
+    version: VersionRow,
+    model_artifact: Artifact,
+    scorecard_artifact: Artifact,
+    checked: _Checked,
+    *,
+    objects: RegistryObjects,
+) -> str:
+    """Copy the model and the scorecard checked into the version's prefix, each only from
+    the object checked; the model's digest (``sha256:<hex>`` of the bytes registered). Refused
+    when the tenant wrote either again since it was checked."""
+    model_file = version.prefix + version.model_file
+    scorecard_file = version.prefix + SCORECARD_FILE
+    try:
+        model = await objects.copy(model_artifact.key, model_file, checked=checked.model)
+    except Conflict:
+        raise Refused(_written_again(_what(release, "model_artifact", "model"))) from None
+    scorecard_what = _what(release, "scorecard", "scorecard")
+    try:
+        scorecard = await objects.copy(
+            scorecard_artifact.key, scorecard_file, checked=checked.scorecard
+        )
+    except Conflict:
+        raise Refused(_written_again(scorecard_what)) from None
+    # Storage that ignores the copy's condition copies a newer scorecard; its digest tells
+    # (and so does a collision of ETags, which are MD5s).
+    registered = scorecard.sha256 or await objects.sha256(scorecard_file)
+    if registered != checked.scorecard_sha256:
+        raise Refused(_written_again(scorecard_what))
+    return DIGEST_PREFIX + (model.sha256 or await objects.sha256(model_file))
 
 
 def _lineage(
-    release: ReleaseRun, number: int, model_artifact: Artifact, scorecard_artifact: Artifact
+    release: ReleaseRun,
+    number: int,
+    model_artifact: Artifact,
+    scorecard_artifact: Artifact,
+    *,
+    digest: str,
 ) -> dict[str, Any]:
     model_node = step_node(release.workflow, _reference(release, "model_artifact")[0]) or {}
     return lineage(
@@ -205,6 +266,7 @@ def _lineage(
         commit=commit_of(release.definition, release.version_settings),
         model_source=model_artifact.key,
         scorecard_source=scorecard_artifact.key,
+        digest=digest,
         mlflow_run_id=output_parameter(model_node, MLFLOW_RUN_PARAMETER)
         or release.run.labels.get(MLFLOW_RUN_LABEL)
         or release.run.parameters.get(MLFLOW_RUN_PARAMETER),

@@ -5,6 +5,7 @@ the audit of every write."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -25,6 +26,8 @@ BUCKET = "wm-models"
 READ = "models.read"
 ALL = "models.read,models.approve,models.deploy"
 SCORECARD = {"metrics": {"auc": 0.91, "f1": 0.8}}
+WEIGHTS = b"weights"
+DIGEST = "sha256:" + hashlib.sha256(WEIGHTS).hexdigest()
 
 
 @pytest.fixture(autouse=True)
@@ -77,6 +80,7 @@ async def register(
                 only_from=("registering",),
                 scorecard=SCORECARD,
                 lineage=lineage,
+                digest=DIGEST,
             ),
         )
         found = await store.version(row.id, version.number)
@@ -86,7 +90,7 @@ async def register(
             Bucket=BUCKET, Key=f"{found.prefix}eval_scorecard.json", Body=json.dumps(SCORECARD)
         )
         s3.put_object(Bucket=BUCKET, Key=f"{found.prefix}lineage.json", Body=json.dumps(lineage))
-        s3.put_object(Bucket=BUCKET, Key=f"{found.prefix}model.tgz", Body=b"weights")
+        s3.put_object(Bucket=BUCKET, Key=f"{found.prefix}model.tgz", Body=WEIGHTS)
     return found
 
 
@@ -146,6 +150,7 @@ async def test_models_are_listed_and_read_within_the_tenant(api: Api, s3: Any) -
         "uid": "acme-uid-10",
     }
     assert newest["files"] == ["eval_scorecard.json", "lineage.json"]
+    assert newest["digest"] == DIGEST
     assert [a["run"]["name"] for a in detail["pending_approvals"]] == ["train-10"]
     assert detail["more_versions"] is False
 

@@ -3,7 +3,9 @@
 - ``StageHolds``: the sim Argo server's interceptor; holds every ``set`` or ``resume`` of one
   stage, before Argo applies it or after (applied, not answered yet);
 - ``HoldingS3``: an HTTP proxy in front of moto that holds every request a predicate picks
-  (the register stage's copies into the registry) before forwarding it.
+  (the register stage's copies into the registry) before forwarding it, and can answer a
+  copy's ``x-amz-copy-source-if-match`` as S3 does (``copy_preconditions``: moto 5.2.5 ignores
+  it on CopyObject, honouring it only on HEAD and UploadPartCopy).
 
 A test arms one, waits until a call is held (an observable fact, never a sleep), kills the
 process, then releases what is held: a call held before it was applied is refused (its caller
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from urllib.parse import quote, unquote
 
 import aiohttp
 from aiohttp import web
@@ -79,6 +82,7 @@ class HoldingS3:
     def __init__(self, target: str) -> None:
         self.target = target.rstrip("/")
         self.hold: Callable[[web.Request], bool] | None = None
+        self.copy_preconditions = False
         self.gate = _Gate()
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -107,6 +111,8 @@ class HoldingS3:
         if self.hold is not None and self.hold(request) and not await self.gate.hold():
             raise web.HTTPServiceUnavailable(text="the caller went away")
         assert self._session is not None
+        if self.copy_preconditions and not await self._source_matches(request):
+            return web.Response(status=412, body=_PRECONDITION_FAILED, content_type="text/xml")
         skipped = {"host", "content-length", "transfer-encoding", "expect", "connection"}
         headers = {k: v for k, v in request.headers.items() if k.lower() not in skipped}
         async with self._session.request(
@@ -120,6 +126,28 @@ class HoldingS3:
             if request.method == "HEAD":
                 return web.Response(status=upstream.status, headers=answer)
             return web.Response(status=upstream.status, headers=answer, body=payload)
+
+    async def _source_matches(self, request: web.Request) -> bool:
+        """False for a copy whose If-Match is not its source's ETag now (a missing source is
+        left to moto, which answers NoSuchKey)."""
+        wanted = request.headers.get("x-amz-copy-source-if-match")
+        source = request.headers.get("x-amz-copy-source")
+        if request.method != "PUT" or not wanted or not source:
+            return True
+        assert self._session is not None
+        path = quote(unquote(source).partition("?")[0].lstrip("/"))
+        # moto wants to know whose request it is (it checks no signature): the copy's own.
+        who = {"Authorization": request.headers.get("Authorization", "")}
+        async with self._session.head(f"{self.target}/{path}", headers=who) as found:
+            etag = found.headers.get("ETag", "")
+            return found.status == 404 or (found.status == 200 and etag == wanted)
+
+
+_PRECONDITION_FAILED = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>PreconditionFailed</Code>'
+    b"<Message>At least one of the pre-conditions you specified did not hold</Message>"
+    b"<Condition>x-amz-copy-source-If-Match</Condition></Error>"
+)
 
 
 def registry_copy(request: web.Request) -> bool:

@@ -154,6 +154,10 @@ async def test_archive_refuses_production_and_unfinished_versions(db: asyncpg.Po
     await reader.mark_production(first.model_id, 1)
     with pytest.raises(Conflict, match="production"):
         await reader.archive(first.model_id, 1, tenant="acme", actor="alice")
+    # Registered with no release ending yet: its gate is to come, so its release is in flight.
+    with pytest.raises(Conflict, match="in flight"):
+        await reader.archive(second.model_id, 2, tenant="acme", actor="alice")
+    await db.execute("UPDATE model_versions SET release_outcome = 'completed' WHERE number = 2")
     archived = await reader.archive(second.model_id, 2, tenant="acme", actor="alice")
     assert (archived.state, archived.archived_by) == ("archived", "alice")
     assert (await reader.archive(second.model_id, 2, tenant="acme", actor="bob")).archived_by == (

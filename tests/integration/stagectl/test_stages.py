@@ -5,6 +5,7 @@ gates, waits for approval and cleans up, completing each node through the Argo s
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 
 import pytest
@@ -50,7 +51,12 @@ async def test_a_release_is_registered_gated_and_cleaned_up(controller: ReleaseS
         prefix + "model.tgz",
     ]
     assert json.loads(controller.object(prefix + "eval_scorecard.json")) == GOOD_SCORECARD
+    model = controller.object(output_key(controller, name, "train"))
+    assert controller.object(prefix + "model.tgz") == model
+    assert version["digest"] == "sha256:" + hashlib.sha256(model).hexdigest()
     lineage = json.loads(controller.object(prefix + "lineage.json"))
+    assert lineage["digest"] == version["digest"]
+    assert version["lineage"] == lineage
     assert lineage["run"]["name"] == name
     assert lineage["pipeline"] == {"id": pipeline, "version": 1, "commit": None}
     assert lineage["parameters"] == {"day": "2026-01-01"}
@@ -260,12 +266,13 @@ async def test_a_model_released_twice_is_gated_against_the_first_as_production(
     assert versions[1]["reasons"] == []
 
 
-async def test_a_scorecard_rewritten_while_it_is_copied_is_judged_as_registered(
+async def test_a_scorecard_rewritten_after_it_was_checked_is_not_registered(
     release_stack: ReleaseStack,
 ) -> None:
-    """The registry's copy is what counts: the tenant's scorecard was checked, then rewritten
-    (malformed) before the copy into the registry ran, so the copy is read back, refused, and
-    the version abandoned (its files removed)."""
+    """The tenant's scorecard was checked, then rewritten (to a better one, valid JSON) before
+    the copy into the registry ran. moto ignores the copy's If-Match (S3 refuses it), so the
+    newer bytes are copied; their digest is not the one checked, and the attempt fails: the
+    version is abandoned, its files removed, and nothing the stage did not check is kept."""
     stack = release_stack
     proxy = HoldingS3(stack.moto)
     await proxy.start()
@@ -277,12 +284,8 @@ async def test_a_scorecard_rewritten_while_it_is_copied_is_judged_as_registered(
             pipeline = await stack.save()
             name = await stack.run(pipeline)
             await asyncio.wait_for(proxy.gate.arrived.wait(), 60)
-            source = next(
-                node
-                for node in stack.workflow(name)["status"]["nodes"].values()
-                if node.get("displayName") == "evaluate"
-            )["outputs"]["artifacts"][0]["s3"]["key"]
-            stack.s3().put_object(Bucket=BUCKET, Key=source, Body=b"not json any more")
+            source = output_key(stack, name, "evaluate")
+            stack.s3().put_object(Bucket=BUCKET, Key=source, Body=b'{"auc": 0.99}')
             proxy.hold = None
             proxy.gate.release(proceed=True)
             assert await finished(stack, name) == "Failed"
@@ -290,10 +293,25 @@ async def test_a_scorecard_rewritten_while_it_is_copied_is_judged_as_registered(
         await proxy.stop()
     register = stack.node(name, "wm-register")
     assert register is not None
-    assert "is not valid JSON" in register["message"]
+    assert register["message"].startswith(
+        "the scorecard (artifact 'scorecard' of step 'evaluate') was written again after it "
+        "was checked"
+    )
+    assert "retry the run" in register["message"]
     [version] = await stack.versions()
     assert (version["state"], version["release_outcome"]) == ("abandoned", "abandoned")
+    assert (version["scorecard"], version["digest"]) == (None, None)
     assert stack.keys(version["prefix"]) == []
+
+
+def output_key(stack: ReleaseStack, name: str, step: str) -> str:
+    """Where the step's (only) output artifact is stored, as the run's status says."""
+    node = next(
+        node
+        for node in stack.workflow(name)["status"]["nodes"].values()
+        if node.get("displayName") == step
+    )
+    return str(node["outputs"]["artifacts"][0]["s3"]["key"])
 
 
 async def test_a_terminated_release_is_cleaned_up_without_its_exit_handler(

@@ -15,6 +15,7 @@ from stagectl.outcomes import (
     Outcome,
     ScorecardError,
     approval_outcome,
+    artifact_refusal,
     commit_of,
     parse_scorecard,
     release_ending,
@@ -139,3 +140,45 @@ def test_the_commit_of_a_version() -> None:
     assert commit_of({"type": "git", "commit": "abc"}, {}) == "abc"
     assert commit_of({"type": "wizard"}, {"commit": "def"}) == "def"
     assert commit_of({"type": "wizard"}, {}) is None
+
+
+BUCKET = "wm-artifacts"
+WHAT = "artifact 'model' of step 'train'"
+
+
+def refusal_of(key: str, stored_in: str = BUCKET) -> str | None:
+    return artifact_refusal(key, stored_in=stored_in, bucket=BUCKET, tenant="acme", what=WHAT)
+
+
+@pytest.mark.parametrize(
+    ("key", "stored_in", "says"),
+    [
+        ("tenants/globex/artifacts/p-1/model.tgz", BUCKET, "outside the tenant's artifacts"),
+        ("tenants/acme-2/artifacts/p-1/model.tgz", BUCKET, "outside the tenant's artifacts"),
+        ("tenants/acme/training/model.tgz", BUCKET, "outside the tenant's artifacts"),
+        ("tenants/acme/models/churn/1/model.tgz", BUCKET, "in the model registry"),
+        ("tenants/acme/artifacts/../models/churn/1/model.tgz", BUCKET, "'..' segment"),
+        ("tenants/acme/artifacts/p-1/../../../globex/x", BUCKET, "'..' segment"),
+        ("tenants/acme/artifacts//model.tgz", BUCKET, "an empty"),
+        ("tenants/acme/artifacts/p-1//model.tgz", BUCKET, "an empty"),
+        ("tenants/acme/artifacts/p-1/model.tgz", "other-bucket", "bucket 'other-bucket'"),
+        ("tenants/globex/artifacts/p-1/model.tgz", "other-bucket", "bucket 'other-bucket'"),
+    ],
+)
+def test_an_artifact_outside_the_tenants_artifacts_is_refused_with_what_to_fix(
+    key: str, stored_in: str, says: str
+) -> None:
+    message = refusal_of(key, stored_in)
+    assert message is not None
+    assert message.startswith(WHAT)
+    assert says in message
+
+
+def test_an_artifact_the_run_wrote_to_its_repository_is_registered() -> None:
+    assert refusal_of("tenants/acme/artifacts/p-1-x7k2q/p-1-x7k2q-train-1/model.tgz") is None
+
+
+def test_a_refusal_repeats_at_most_a_bounded_part_of_the_key() -> None:
+    message = refusal_of("tenants/globex/" + "k" * 10_000)
+    assert message is not None
+    assert len(message) < 600
