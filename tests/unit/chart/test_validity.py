@@ -257,8 +257,8 @@ COMBINATIONS = [
         ),
     ),
     Combination(
-        # Rendered once the monitoring templates are in the chart; their kinds are checked by
-        # the Prometheus Operator's CRDs (tests/unit/chart/crds/).
+        # The ServiceMonitors and the PrometheusRule are checked by the Prometheus Operator's
+        # CRDs (tests/unit/chart/crds/), the dashboard's ConfigMap by kubernetes-validate.
         "monitoring on",
         {
             "monitoring": {
@@ -271,7 +271,11 @@ COMBINATIONS = [
                 "dashboard": {"enabled": True, "labels": {"grafana_dashboard": "1"}},
             }
         },
-        lambda d: "Deployment" in _kinds(d),
+        lambda d: (
+            sum(x["kind"] == "ServiceMonitor" for x in d) == len(DEPLOYABLES)
+            and sum(x["kind"] == "PrometheusRule" for x in d) == 1
+            and sum(x["kind"] == "ConfigMap" for x in d) == 1
+        ),
     ),
 ]
 _IDS = [combination.name for combination in COMBINATIONS]
@@ -328,7 +332,7 @@ def test_helm_lint_reports_values_the_schema_refuses() -> None:
 
 
 # What the chart's ServiceMonitors and PrometheusRule look like, for the checks of the CRD
-# schemas themselves (the chart renders them only with monitoring on).
+# schemas themselves: each refuses what its CRD refuses.
 SERVICE_MONITOR: dict[str, Any] = {
     "apiVersion": "monitoring.coreos.com/v1",
     "kind": "ServiceMonitor",
