@@ -3,11 +3,15 @@
 - ``StageHolds``: the sim Argo server's interceptor; holds every ``set`` or ``resume`` of one
   stage, before Argo applies it or after (applied, not answered yet);
 - ``HoldingS3``: an HTTP proxy in front of moto that holds every request a predicate picks
-  (the register stage's copies into the registry) before forwarding it.
+  (the register stage's copies into the registry) before forwarding it;
+- ``TableHold``: a lock that holds every write to one PostgreSQL table (reads go on), so a
+  test sees the stage controller's statement waiting on it.
 
 A test arms one, waits until a call is held (an observable fact, never a sleep), kills the
 process, then releases what is held: a call held before it was applied is refused (its caller
-is gone, as if it had never been sent); one held after is answered to nobody.
+is gone, as if it had never been sent); one held after is answered to nobody. A statement
+held by ``TableHold`` is either ended with its connection (never written) or let through (written,
+its answer lost): ``release(land=...)``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import asyncio
 from collections.abc import Callable
 
 import aiohttp
+import asyncpg
 from aiohttp import web
 
 from sim.argo.actions import INTERNAL, ActionError
@@ -129,3 +134,78 @@ def registry_copy(request: web.Request) -> bool:
         and "x-amz-copy-source" in request.headers
         and "/models/" in request.path
     )
+
+
+class TableHold:
+    """``LOCK TABLE <table> IN EXCLUSIVE MODE`` in a transaction of its own, until released:
+    every write to the table waits, reads do not. ``wait_held`` answers once a statement
+    starting with ``statement`` waits on the lock: one only the stage controller sends (its
+    connections cannot be told by name: asyncpg's pool resets ``application_name``)."""
+
+    def __init__(self, database_url: str, table: str, statement: str) -> None:
+        self.database_url = database_url
+        self.table = table
+        self.statement = statement
+        self._conn: asyncpg.Connection | None = None
+        self._transaction: asyncpg.transaction.Transaction | None = None
+
+    async def start(self) -> TableHold:
+        self._conn = await asyncpg.connect(self.database_url)
+        self._transaction = self._conn.transaction()
+        await self._transaction.start()
+        await self._conn.execute(f"LOCK TABLE workflow_manager.{self.table} IN EXCLUSIVE MODE")
+        return self
+
+    async def _waiting(self) -> list[asyncpg.Record]:
+        assert self._conn is not None
+        # Inside a transaction pg_stat_activity is read once and kept; read it anew.
+        await self._conn.execute("SELECT pg_stat_clear_snapshot()")
+        return await self._conn.fetch(
+            "SELECT pid, query FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+            self._conn.get_server_pid(),
+        )
+
+    async def wait_held(self, within: float = 60.0) -> str:
+        """The held statement (the first one that began with ``statement``)."""
+        try:
+            async with asyncio.timeout(within):
+                while True:
+                    for row in await self._waiting():
+                        if str(row["query"]).startswith(self.statement):
+                            return str(row["query"])
+                    await asyncio.sleep(0.02)
+        except TimeoutError:
+            assert self._conn is not None
+            seen = await self._conn.fetch(
+                "SELECT state, wait_event_type, pg_blocking_pids(pid) AS by, "
+                "left(query, 60) AS query FROM pg_stat_activity "
+                "WHERE datname = current_database()"
+            )
+            raise AssertionError(
+                f"nothing held on {self.table}: {[tuple(row) for row in seen]}"
+            ) from None
+
+    async def release(self, *, land: bool) -> None:
+        """Unlock. ``land=False``: the held statements' connections are ended first (what a
+        killed process sent was never written); ``land=True``: they go on and commit with
+        nobody to answer (this returns once they did)."""
+        assert self._conn is not None
+        assert self._transaction is not None
+        held = [row["pid"] for row in await self._waiting()]
+        if not land:
+            for pid in held:  # waits until the backend has gone, so nothing of it commits
+                await self._conn.execute("SELECT pg_terminate_backend($1, 10000)", pid)
+        await self._transaction.rollback()
+        if land:
+            async with asyncio.timeout(30):
+                while True:
+                    running = await self._conn.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1::int[]) "
+                        "AND state = 'active'",
+                        held,
+                    )
+                    if not running:
+                        break
+                    await asyncio.sleep(0.02)
+        await self._conn.close()
+        self._conn = None
