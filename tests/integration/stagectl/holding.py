@@ -10,8 +10,7 @@
 A test arms one, waits until a call is held (an observable fact, never a sleep), kills the
 process, then releases what is held: a call held before it was applied is refused (its caller
 is gone, as if it had never been sent); one held after is answered to nobody. A statement
-held by ``TableHold`` is either ended with its connection (never written) or let through (written,
-its answer lost): ``release(land=...)``.
+held by ``TableHold`` ends with its connection: never written.
 """
 
 from __future__ import annotations
@@ -185,27 +184,15 @@ class TableHold:
                 f"nothing held on {self.table}: {[tuple(row) for row in seen]}"
             ) from None
 
-    async def release(self, *, land: bool) -> None:
-        """Unlock. ``land=False``: the held statements' connections are ended first (what a
-        killed process sent was never written); ``land=True``: they go on and commit with
-        nobody to answer (this returns once they did)."""
+    async def release(self) -> None:
+        """Unlock, after ending the held statements' connections: a statement sent by a
+        process since killed never commits (PostgreSQL drops it with the connection once the
+        lock is granted, as tried here with asyncpg's statements), and ending it first makes
+        that certain before the process starts again."""
         assert self._conn is not None
         assert self._transaction is not None
-        held = [row["pid"] for row in await self._waiting()]
-        if not land:
-            for pid in held:  # waits until the backend has gone, so nothing of it commits
-                await self._conn.execute("SELECT pg_terminate_backend($1, 10000)", pid)
+        for row in await self._waiting():  # each waits until its backend has gone
+            await self._conn.execute("SELECT pg_terminate_backend($1, 10000)", row["pid"])
         await self._transaction.rollback()
-        if land:
-            async with asyncio.timeout(30):
-                while True:
-                    running = await self._conn.fetchval(
-                        "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1::int[]) "
-                        "AND state = 'active'",
-                        held,
-                    )
-                    if not running:
-                        break
-                    await asyncio.sleep(0.02)
         await self._conn.close()
         self._conn = None

@@ -8,16 +8,17 @@ again each time:
 2. the reconciler applied the InferenceService and its route and has not registered the
    endpoint with the token store;
 3. the reconciler issued the first token and has not kept it (``model_deployments``'
-   ``token_sealed``, or ``applied`` when one was kept);
+   ``token_sealed``);
 4. the stage waits for readiness (objects applied, the KServe stand-in not serving yet);
 5. the reconciler observed the deployment ready and the stage has not recorded its outcome;
 6. the three points around the deploy node's ``set`` and ``resume``.
 
 A kill waits for an observable fact: a statement of the process waiting on a table lock the
 test holds (``holding.TableHold``), a call held by the sim Argo server, or the stored state of
-the deploy; never a sleep. A statement held at a kill either never happens or is written with
-nobody to hear the answer, as the round's seed picks. One round runs by default;
-``WM_KILL_ROUNDS=N`` runs N, with seeds 0..N-1 (each round its own models and runs).
+the deploy; never a sleep. A statement held at a kill never happens. The round's seed picks
+whether the KServe stand-in makes the deploy ready while the process is down or after it is
+back (and seeds the stand-in). One round runs by default; ``WM_KILL_ROUNDS=N`` runs N, with
+seeds 0..N-1, each round its own models and runs.
 
 In the end every run has one version and one deployment history entry, its deployment is
 ready with its URL, each model has one InferenceService (with one revision: a re-apply never
@@ -81,7 +82,6 @@ class Round:
         self.models = models_of(round_)
         self.names: list[str] = []
         self.kills = 0
-        self.landed: list[bool] = []
 
     def hold(self, table: str, statement: str) -> Awaitable[TableHold]:
         return TableHold(self.database_url, table, statement).start()
@@ -90,11 +90,6 @@ class Round:
         assert self.process.alive(), f"seed {self.seed}: the process died on its own"
         await self.process.kill()
         self.kills += 1
-
-    async def land(self, hold: TableHold) -> None:
-        landed = self.rng.random() < 0.5
-        self.landed.append(landed)
-        await hold.release(land=landed)
 
     async def deployments(self) -> dict[str, Any]:
         rows = await self.stack.pool.fetch(
@@ -125,7 +120,7 @@ class Round:
         )
         assert wanted, f"seed {self.seed}: progress stored before the wanted version"
         await self.kill()
-        await self.land(progress)
+        await progress.release()
         await process.start()
 
         # 2: the objects are there, the endpoint not registered, nothing marked applied.
@@ -139,13 +134,13 @@ class Round:
         assert pending, f"seed {self.seed}: no deployment applied and unmarked"
         await self.kill()
         sealed = await self.hold("model_deployments", "UPDATE model_deployments SET")
-        await self.land(endpoint)
+        await endpoint.release()
         await process.start()
 
         # 3: the token issued (or kept), then held at the reconciler's next write.
         await sealed.wait_held()
         await self.kill()
-        await self.land(sealed)
+        await sealed.release()
         await process.start()
 
         # 4: applied, and the stage waiting (the KServe stand-in is not running yet).
@@ -189,7 +184,7 @@ class Round:
             holds = StageHolds()
             stack.data_server.interceptor = holds
             holds.arm(*AROUND_NODE[0], "deploy")
-            await self.land(recorded)
+            await recorded.release()
             await process.start()
 
             # 6: around the deploy node's set and resume.
