@@ -5,11 +5,14 @@
 - ``HoldingS3``: an HTTP proxy in front of moto that holds every request a predicate picks
   (the register stage's copies into the registry) before forwarding it, and can answer a
   copy's ``x-amz-copy-source-if-match`` as S3 does (``copy_preconditions``: moto 5.2.5 ignores
-  it on CopyObject, honouring it only on HEAD and UploadPartCopy).
+  it on CopyObject, honouring it only on HEAD and UploadPartCopy);
+- ``TableHold``: a lock that holds every write to one PostgreSQL table (reads go on), so a
+  test sees the stage controller's statement waiting on it.
 
 A test arms one, waits until a call is held (an observable fact, never a sleep), kills the
 process, then releases what is held: a call held before it was applied is refused (its caller
-is gone, as if it had never been sent); one held after is answered to nobody.
+is gone, as if it had never been sent); one held after is answered to nobody. A statement
+held by ``TableHold`` ends with its connection: never written.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Callable
 from urllib.parse import quote, unquote
 
 import aiohttp
+import asyncpg
 from aiohttp import web
 
 from sim.argo.actions import INTERNAL, ActionError
@@ -157,3 +161,66 @@ def registry_copy(request: web.Request) -> bool:
         and "x-amz-copy-source" in request.headers
         and "/models/" in request.path
     )
+
+
+class TableHold:
+    """``LOCK TABLE <table> IN EXCLUSIVE MODE`` in a transaction of its own, until released:
+    every write to the table waits, reads do not. ``wait_held`` answers once a statement
+    starting with ``statement`` waits on the lock: one only the stage controller sends (its
+    connections cannot be told by name: asyncpg's pool resets ``application_name``)."""
+
+    def __init__(self, database_url: str, table: str, statement: str) -> None:
+        self.database_url = database_url
+        self.table = table
+        self.statement = statement
+        self._conn: asyncpg.Connection | None = None
+        self._transaction: asyncpg.transaction.Transaction | None = None
+
+    async def start(self) -> TableHold:
+        self._conn = await asyncpg.connect(self.database_url)
+        self._transaction = self._conn.transaction()
+        await self._transaction.start()
+        await self._conn.execute(f"LOCK TABLE workflow_manager.{self.table} IN EXCLUSIVE MODE")
+        return self
+
+    async def _waiting(self) -> list[asyncpg.Record]:
+        assert self._conn is not None
+        # Inside a transaction pg_stat_activity is read once and kept; read it anew.
+        await self._conn.execute("SELECT pg_stat_clear_snapshot()")
+        return await self._conn.fetch(
+            "SELECT pid, query FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+            self._conn.get_server_pid(),
+        )
+
+    async def wait_held(self, within: float = 60.0) -> str:
+        """The held statement (the first one that began with ``statement``)."""
+        try:
+            async with asyncio.timeout(within):
+                while True:
+                    for row in await self._waiting():
+                        if str(row["query"]).startswith(self.statement):
+                            return str(row["query"])
+                    await asyncio.sleep(0.02)
+        except TimeoutError:
+            assert self._conn is not None
+            seen = await self._conn.fetch(
+                "SELECT state, wait_event_type, pg_blocking_pids(pid) AS by, "
+                "left(query, 60) AS query FROM pg_stat_activity "
+                "WHERE datname = current_database()"
+            )
+            raise AssertionError(
+                f"nothing held on {self.table}: {[tuple(row) for row in seen]}"
+            ) from None
+
+    async def release(self) -> None:
+        """Unlock, after ending the held statements' connections: a statement sent by a
+        process since killed never commits (PostgreSQL drops it with the connection once the
+        lock is granted, as tried here with asyncpg's statements), and ending it first makes
+        that certain before the process starts again."""
+        assert self._conn is not None
+        assert self._transaction is not None
+        for row in await self._waiting():  # each waits until its backend has gone
+            await self._conn.execute("SELECT pg_terminate_backend($1, 10000)", row["pid"])
+        await self._transaction.rollback()
+        await self._conn.close()
+        self._conn = None

@@ -135,6 +135,7 @@ class ReleaseStack:
         model_env: bool = True,
         fail_train: bool | str = False,
         model: str = "weights",
+        release_model: str = "churn",
         **release_fields: Any,
     ) -> str:
         body = {
@@ -145,7 +146,7 @@ class ReleaseStack:
                     scorecard=scorecard, model_env=model_env, fail_train=fail_train, model=model
                 ),
             },
-            "release": release(**release_fields),
+            "release": release(model=release_model, **release_fields),
         }
         status, saved = await self.stack.call("POST", "ml-pipelines", json=body)
         assert status == 201, saved
