@@ -61,7 +61,12 @@ async def test_concurrent_appliers_apply_each_migration_exactly_once(fresh_datab
     try:
         assert await conn.fetchval("SELECT count(*) FROM workflow_manager.applied_log") == 1
         # Every applier released the lock.
-        assert not await conn.fetchval("SELECT count(*) FROM pg_locks WHERE locktype='advisory'")
+        # pg_locks is the whole server's: count this database's only (another test run may
+        # hold its own migration lock meanwhile).
+        assert not await conn.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
     finally:
         await conn.close()
     assert [row[0] for row in await ledger(fresh_database)] == [1, 2, 3]
